@@ -1,0 +1,118 @@
+"""The one error tree of rollserve: every error has a stable code and an HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class RollserveError(Exception):
+    """Base of every error rollserve raises on purpose."""
+
+    code: ClassVar[str] = "rollserve_error"
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON error body: ``{"error": {code, message, details}}``."""
+        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+# --- bad input: the caller can fix it -------------------------------------------------------
+
+
+class InvalidInputError(RollserveError):
+    """The request names something wrong; the message says what."""
+
+    code = "invalid_input"
+    http_status = 422
+
+
+class UnknownNameError(InvalidInputError):
+    """A plug-in name (backend, handler, agent) that is not registered."""
+
+    code = "unknown_name"
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        listed = ", ".join(sorted(known)) or "none"
+        super().__init__(f"unknown {kind} {name!r}; known: {listed}", kind=kind, name=name,
+                         known=sorted(known))
+
+
+class ImageNotFoundError(InvalidInputError):
+    """A sandbox image (root filesystem, SIF file, sandbox directory) that does not exist."""
+
+    code = "image_not_found"
+
+
+class TemplateNotFoundError(InvalidInputError):
+    """A workspace template directory that does not exist."""
+
+    code = "template_not_found"
+
+
+class InvalidCommandError(InvalidInputError):
+    """A command that cannot be run at all (a NUL byte, an empty argv)."""
+
+    code = "invalid_command"
+
+
+class SandboxPathError(InvalidInputError):
+    """A file path that cannot be read or written in the sandbox."""
+
+    code = "sandbox_path"
+
+
+# --- states the caller ran into ---------------------------------------------------------------
+
+
+class SandboxClosedError(RollserveError):
+    """The sandbox was closed (by its owner or by its wall-time limit) before the call."""
+
+    code = "sandbox_closed"
+    http_status = 409
+
+
+class ShellExitedError(RollserveError):
+    """The shell exited on its own (the command ran ``exit``); the sandbox itself is fine."""
+
+    code = "shell_exited"
+    http_status = 409
+
+
+class ShellBusyError(RollserveError):
+    """A shell call was made while another command of the same session is still pending."""
+
+    code = "shell_busy"
+    http_status = 409
+
+
+# --- infrastructure failures: retried, never turned into a reward -----------------------------
+
+
+class InfrastructureError(RollserveError):
+    """A failure of rollserve's own machinery, not of the agent."""
+
+    code = "infrastructure"
+    http_status = 503
+
+
+class BackendUnavailableError(InfrastructureError):
+    """A sandbox backend cannot run on this host (missing binary, missing kernel feature)."""
+
+    code = "backend_unavailable"
+
+
+class SandboxStartError(InfrastructureError):
+    """A sandbox or its shell failed to start."""
+
+    code = "sandbox_start_failed"
+
+
+class SandboxDiedError(InfrastructureError):
+    """The sandbox's processes died underneath a running command."""
+
+    code = "sandbox_died"

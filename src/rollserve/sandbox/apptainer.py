@@ -1,0 +1,85 @@
+"""Apptainer/Singularity: rootless containers from .sif files or sandbox directories (HPC)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from rollserve.errors import BackendUnavailableError, ImageNotFoundError
+from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
+from rollserve.sandbox.env import sandbox_env
+from rollserve.schema.sandbox import ApptainerSpec, SandboxSpec
+from rollserve.settings import Settings
+
+
+class ApptainerBackend:
+    """Sandboxes made with ``apptainer exec --containall``: own PID, IPC and network namespaces,
+    a writable tmpfs over the image, the workspace bound at /workspace, no home directory."""
+
+    name = "apptainer"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def _binary(self) -> str | None:
+        names = ([self.settings.apptainer_binary] if self.settings.apptainer_binary
+                 else ["apptainer", "singularity"])
+        for name in names:
+            found = shutil.which(name)
+            if found:
+                return found
+        return None
+
+    def availability(self) -> Availability:
+        binary = self._binary()
+        if binary is None:
+            wanted = self.settings.apptainer_binary or "apptainer or singularity"
+            return Availability(False, f"{wanted} not found on PATH "
+                                       "(scripts/install-apptainer.sh installs one)")
+        try:
+            probe = subprocess.run([binary, "--version"], capture_output=True, text=True,
+                                   timeout=30, check=False)
+        except subprocess.TimeoutExpired:
+            return Availability(False, f"{binary} --version did not answer in 30 s")
+        if probe.returncode != 0:
+            return Availability(False, f"{binary} --version failed: {probe.stderr.strip()}")
+        return Availability(True, probe.stdout.strip())
+
+    def resolve_image(self, image: str) -> Path:
+        """A path to a .sif file or sandbox directory; a bare name is looked up in the image
+        directory as ``NAME/`` or ``NAME.sif``."""
+        if "/" in image:
+            candidates = [Path(image)]
+        else:
+            base = self.settings.image_dir
+            candidates = [base / image, base / f"{image}.sif"]
+        for path in candidates:
+            if path.is_dir() or (path.is_file() and path.suffix in (".sif", ".simg")):
+                return path.resolve()
+        listed = " or ".join(str(p) for p in candidates)
+        raise ImageNotFoundError(f"apptainer image {image!r} not found (looked for {listed})",
+                                 image=image)
+
+    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+        assert isinstance(spec, ApptainerSpec)
+        binary = self._binary()
+        if binary is None:
+            raise BackendUnavailableError(self.availability().reason, backend=self.name)
+        image = self.resolve_image(spec.image)
+        args = [binary, "--silent", "exec", "--containall", "--no-home", "--cleanenv",
+                "--writable-tmpfs", "--no-mount", "cwd",
+                "--bind", f"{workspace}:{GUEST_WORKSPACE}", "--pwd", GUEST_WORKSPACE]
+        if self.settings.apptainer_userns:
+            args.append("--userns")
+        if image.is_file():
+            # /dev/fuse is root-only on many hosts: extract the SIF instead of mounting it.
+            args.append("--unsquash")
+        if not spec.network:
+            args += ["--net", "--network", "none"]
+        for key, value in sandbox_env(spec.env, home="/root").items():
+            args += ["--env", f"{key}={value}"]
+        args.append(str(image))
+        return Launcher(prefix=args, env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                                  "/usr/bin:/sbin:/bin"},
+                        workspace=GUEST_WORKSPACE, cwd=str(workspace))

@@ -1,0 +1,108 @@
+"""The sandbox Protocols: a backend turns a spec into a launcher; a sandbox runs processes."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from rollserve.schema.sandbox import ExecResult, SandboxLimits, SandboxSpec
+
+GUEST_WORKSPACE = "/workspace"
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a backend can run here and, if not, why."""
+
+    available: bool
+    reason: str = ""
+
+
+@dataclass
+class Launcher:
+    """How one sandbox's processes are started: the wrapper argv and its environment.
+
+    ``prefix + argv`` runs ``argv`` inside the sandbox. ``tty_prefix`` is used instead for a
+    process on a pseudo-terminal; when ``tty_inside`` is true the wrapper makes the terminal the
+    controlling tty inside the sandbox itself (bwrap starts a new session there), otherwise the
+    spawner does it for the wrapper process.
+    """
+
+    prefix: list[str]
+    env: dict[str, str]
+    workspace: str
+    tty_prefix: list[str] | None = None
+    tty_inside: bool = False
+    cwd: str | None = None
+
+    def argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:
+        prefix = self.tty_prefix if tty and self.tty_prefix is not None else self.prefix
+        return [*prefix, *argv]
+
+
+@dataclass
+class TtyProcess:
+    """A sandbox process on a pseudo-terminal; the shell package speaks to it."""
+
+    popen: subprocess.Popen[bytes]
+    master_fd: int
+    tty_rdev: int
+
+
+class SandboxBackend(Protocol):
+    """A kind of sandbox (bwrap, apptainer, local), registered by name."""
+
+    name: str
+
+    def availability(self) -> Availability:
+        """Whether this backend can start sandboxes on this host."""
+        ...
+
+    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+        """Validate the spec (image, binary) and say how to run processes in the sandbox."""
+        ...
+
+
+class Sandbox(Protocol):
+    """One live sandbox with a private workspace."""
+
+    id: str
+    backend: str
+    limits: SandboxLimits
+    guest_workspace: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def workspace(self) -> Path:
+        """The workspace directory as seen from the host."""
+        ...
+
+    async def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
+                   stdin: bytes | None = None) -> ExecResult:
+        """Run one process to completion (a string runs under ``bash -c``)."""
+        ...
+
+    def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
+        """Start ``argv`` inside the sandbox on a new pseudo-terminal."""
+        ...
+
+    def release_tty(self, tty: TtyProcess) -> None:
+        """Kill a terminal process and everything it started, and close its terminal."""
+        ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+    async def write_file(self, path: str, data: bytes) -> None: ...
+
+    async def diff(self) -> str:
+        """The workspace's changes as a unified diff (git diff where it is a repository)."""
+        ...
+
+    async def close(self) -> None:
+        """Kill every process, remove everything the sandbox created. Idempotent."""
+        ...

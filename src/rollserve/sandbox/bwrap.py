@@ -1,0 +1,87 @@
+"""bubblewrap: rootless namespaces; the host's system directories or a root-filesystem image."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from rollserve.errors import BackendUnavailableError, ImageNotFoundError, InvalidInputError
+from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
+from rollserve.sandbox.env import sandbox_env
+from rollserve.schema.sandbox import BwrapSpec, SandboxSpec
+from rollserve.settings import Settings
+
+# Top-level host directories that make up the "host" image; everything else of the host
+# (home directories, /root, /var, /srv, /mnt, the project) stays invisible.
+_HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+# Directories the sandbox gets fresh, never from the image.
+_FRESH = {"proc", "dev", "tmp", "sys", "run", "workspace", "root"}
+
+
+class BwrapBackend:
+    """Sandboxes made with ``bwrap``: own user, PID, IPC, UTS and network namespaces."""
+
+    name = "bwrap"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def _binary(self) -> str | None:
+        return shutil.which(self.settings.bwrap_binary)
+
+    def availability(self) -> Availability:
+        binary = self._binary()
+        if binary is None:
+            return Availability(False, f"{self.settings.bwrap_binary!r} not found on PATH "
+                                       "(apt-get install bubblewrap)")
+        probe = subprocess.run([binary, "--unshare-all", "--ro-bind", "/", "/", "true"],
+                               capture_output=True, text=True, check=False)
+        if probe.returncode != 0:
+            return Availability(False, f"bwrap cannot create namespaces here: "
+                                       f"{probe.stderr.strip()}")
+        return Availability(True)
+
+    def _image_root(self, image: str) -> tuple[Path, tuple[str, ...] | None]:
+        if image == "host":
+            return Path("/"), _HOST_SYSTEM
+        path = Path(image) if "/" in image else self.settings.image_dir / image
+        if not path.is_dir():
+            if path.suffix == ".sif" or path.with_suffix(".sif").exists():
+                raise InvalidInputError(f"bwrap needs a root-filesystem directory, not a SIF "
+                                        f"file: {image!r} (use the apptainer backend)")
+            raise ImageNotFoundError(f"bwrap image {image!r} not found: {path} is not a "
+                                     "directory", image=image)
+        return path, None
+
+    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+        assert isinstance(spec, BwrapSpec)
+        binary = self._binary()
+        if binary is None:
+            raise BackendUnavailableError(self.availability().reason, backend=self.name)
+        root, only = self._image_root(spec.image)
+        args = [binary, "--die-with-parent", "--unshare-all", "--new-session",
+                "--cap-drop", "ALL", "--hostname", "sandbox"]
+        if spec.network:
+            args.append("--share-net")
+        for entry in sorted(os.scandir(root), key=lambda e: e.name):
+            if entry.name in _FRESH or (only is not None and entry.name not in only):
+                continue
+            if entry.is_symlink():
+                args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
+            elif entry.is_dir():
+                args += ["--ro-bind", entry.path, f"/{entry.name}"]
+        if only is not None:
+            for extra in self.settings.bwrap_host_binds:
+                args += ["--ro-bind-try", str(extra), str(extra)]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
+                 "--tmpfs", "/root", "--bind", str(workspace), GUEST_WORKSPACE,
+                 "--chdir", GUEST_WORKSPACE, "--remount-ro", "/", "--clearenv"]
+        for key, value in sandbox_env(spec.env, home="/root").items():
+            args += ["--setenv", key, value]
+        args.append("--")
+        # bwrap's --new-session leaves the sandbox without a controlling terminal; setsid -c
+        # makes the sandbox's own PTY the controlling tty again, so Ctrl-C reaches commands.
+        return Launcher(prefix=args, tty_prefix=[*args, "setsid", "-w", "-c"], tty_inside=True,
+                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, workspace=GUEST_WORKSPACE)

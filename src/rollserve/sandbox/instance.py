@@ -1,0 +1,313 @@
+"""The one Sandbox implementation: processes started through a backend's launcher, limited by a
+cgroup or rlimits, recorded in the state directory, and all destroyed on close."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pty
+import shlex
+import signal
+import subprocess
+import termios
+import time
+from collections.abc import Sequence
+from pathlib import Path, PurePosixPath
+
+from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
+from rollserve.sandbox import procfs, state
+from rollserve.sandbox.base import Launcher, TtyProcess
+from rollserve.sandbox.limits import Cgroup, make_preexec, rlimits_for
+from rollserve.sandbox.output import HeadTail
+from rollserve.schema.sandbox import ExecResult, SandboxLimits
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 65536
+
+
+class SandboxInstance:
+    """A live sandbox: see :class:`rollserve.sandbox.base.Sandbox`."""
+
+    def __init__(self, *, record: state.SandboxRecord, launcher: Launcher, limits: SandboxLimits,
+                 workspace: Path, template: Path | None, cgroup: Cgroup | None) -> None:
+        self.id = record.id
+        self.backend = record.backend
+        self.limits = limits
+        self.guest_workspace = launcher.workspace
+        self._record = record
+        self._launcher = launcher
+        self._workspace = workspace
+        self._template = template
+        self._cgroup = cgroup
+        self._rlimits = rlimits_for(limits, cgroup)
+        self._procs: dict[int, subprocess.Popen[bytes] | asyncio.subprocess.Process] = {}
+        self._ticks: dict[int, int] = {}
+        self._fds: set[int] = set()
+        self._closed = False
+        self._close_reason = ""
+        self._timer: asyncio.TimerHandle | None = None
+        if limits.wall_time_s is not None:
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(limits.wall_time_s, self._expire)
+
+    # -- state -----------------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def workspace(self) -> Path:
+        return self._workspace
+
+    @property
+    def cgroup(self) -> Cgroup | None:
+        return self._cgroup
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed{self._close_reason}",
+                                     sandbox_id=self.id)
+
+    def _expire(self) -> None:
+        log.warning("sandbox %s reached its wall-time limit of %ss", self.id,
+                    self.limits.wall_time_s)
+        self._close_reason = f" (wall-time limit of {self.limits.wall_time_s}s reached)"
+        self._close_now()
+
+    def _track(self, proc: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> None:
+        self._procs[proc.pid] = proc
+        self._ticks[proc.pid] = self._record.add_process(proc.pid)
+
+    def _kill_process_tree(self, pid: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        procfs.kill_session(pid, self._ticks.get(pid, 0))
+
+    def process_died_of_limit(self) -> bool:
+        """Whether the memory limit killed a process (cgroup hosts only)."""
+        return self._cgroup is not None and self._cgroup.oom_killed()
+
+    # -- processes -------------------------------------------------------------------------------
+
+    async def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
+                   stdin: bytes | None = None, max_output_bytes: int | None = None) -> ExecResult:
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        started = time.monotonic()
+        code, out, err = await self._run(argv, timeout=timeout, stdin=stdin,
+                                         limit=max_output_bytes or self.limits.max_output_bytes)
+        return ExecResult(exit_code=code, stdout=out.text(), stderr=err.text(),
+                          duration_s=time.monotonic() - started, timed_out=code is None)
+
+    async def _run(self, argv: list[str], *, timeout: float | None, stdin: bytes | None,
+                   limit: int) -> tuple[int | None, HeadTail, HeadTail]:
+        """Run to completion; the exit code is None after a timeout, 128+N for signal N."""
+        self._check_open()
+        _check_argv(argv)
+        preexec = make_preexec(self._cgroup, self._rlimits, controlling_tty=False)
+        proc = await asyncio.create_subprocess_exec(
+            *self._launcher.argv(argv), stdin=subprocess.PIPE if stdin is not None
+            else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env=self._launcher.env, cwd=self._launcher.cwd, start_new_session=True,
+            preexec_fn=preexec)
+        self._track(proc)
+        out, err = HeadTail(limit), HeadTail(limit)
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err),
+                                     _feed(proc.stdin, stdin), proc.wait())
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if proc.returncode is None:
+                self._kill_process_tree(proc.pid)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+            self._procs.pop(proc.pid, None)
+        self._check_open()  # closed underneath the process: not the command's own failure
+        code = proc.returncode
+        if timed_out or code is None:
+            return None, out, err
+        return (128 - code if code < 0 else code), out, err
+
+    def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
+        self._check_open()
+        _check_argv(list(argv))
+        master, slave = pty.openpty()
+        try:
+            attrs = termios.tcgetattr(slave)
+            attrs[1] &= ~termios.ONLCR  # keep "\n" as "\n"
+            attrs[3] &= ~(termios.ECHO | termios.ECHONL)
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            rdev = os.fstat(slave).st_rdev
+            preexec = make_preexec(self._cgroup, self._rlimits,
+                                   controlling_tty=not self._launcher.tty_inside)
+            popen = subprocess.Popen(
+                self._launcher.argv(argv, tty=True), stdin=slave, stdout=slave, stderr=slave,
+                env={**self._launcher.env, **(env or {})}, cwd=self._launcher.cwd,
+                start_new_session=True, preexec_fn=preexec, close_fds=True)
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        os.set_blocking(master, False)
+        self._track(popen)
+        self._fds.add(master)
+        return TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev)
+
+    def release_tty(self, tty: TtyProcess) -> None:
+        """Kill a terminal process and close its terminal (a shell session's close)."""
+        self._kill_process_tree(tty.popen.pid)
+        with contextlib.suppress(ProcessLookupError):
+            tty.popen.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            tty.popen.wait(timeout=5)
+        self._procs.pop(tty.popen.pid, None)
+        if tty.master_fd in self._fds:
+            self._fds.discard(tty.master_fd)
+            os.close(tty.master_fd)
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def _host_path(self, path: str) -> Path | None:
+        """The host path of a guest path, if it is inside the workspace and stays there once
+        symlinks are resolved on the host; None means "go through the sandbox"."""
+        guest = PurePosixPath(self._launcher.workspace) / path
+        try:
+            rel = guest.relative_to(self._launcher.workspace)
+        except ValueError:
+            return None
+        host = (self._workspace / rel).resolve()
+        root = self._workspace.resolve()
+        return host if host == root or root in host.parents else None
+
+    async def read_file(self, path: str) -> bytes:
+        self._check_open()
+        host = self._host_path(path)
+        if host is not None:
+            try:
+                return await asyncio.to_thread(host.read_bytes)
+            except OSError as exc:
+                raise SandboxPathError(f"cannot read {path}: {exc.strerror}", path=path) from exc
+        size = (self.limits.max_file_size_mb or 1024) * 1024 * 1024
+        code, out, err = await self._run(["cat", "--", path], timeout=None, stdin=None,
+                                         limit=size * 2)
+        if code != 0:
+            raise SandboxPathError(f"cannot read {path}: {err.text().strip()}", path=path)
+        return bytes(out.head + out.tail)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        self._check_open()
+        host = self._host_path(path)
+        if host is not None:
+            try:
+                await asyncio.to_thread(_write_host, host, data)
+                return
+            except OSError as exc:
+                raise SandboxPathError(f"cannot write {path}: {exc.strerror}", path=path) from exc
+        quoted = shlex.quote(path)
+        result = await self.exec(f"mkdir -p -- \"$(dirname -- {quoted})\" && cat > {quoted}",
+                                 stdin=data)
+        if result.exit_code != 0:
+            raise SandboxPathError(f"cannot write {path}: {result.stderr.strip()}", path=path)
+
+    async def diff(self) -> str:
+        self._check_open()
+        if (self._workspace / ".git").exists():
+            # A throw-away index, so the agent's own staging is left as it was; inside the
+            # sandbox, because a repository's config may run programs.
+            script = ('idx=$(mktemp) && cp .git/index "$idx" 2>/dev/null; '
+                      'GIT_INDEX_FILE="$idx" git add -A && '
+                      'GIT_INDEX_FILE="$idx" git diff --cached --binary; rc=$?; rm -f "$idx"; '
+                      'exit $rc')
+            result = await self.exec(script, max_output_bytes=256 * 1024 * 1024)
+            if result.exit_code != 0:
+                raise SandboxPathError(f"git diff failed: {result.stderr.strip()}")
+            return result.stdout
+        return await asyncio.to_thread(_tree_diff, self._template, self._workspace,
+                                       self._record.path)
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def _close_now(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for pid, proc in list(self._procs.items()):
+            self._kill_process_tree(pid)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            if isinstance(proc, subprocess.Popen):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+        state.destroy(self._record)
+
+    async def close(self) -> None:
+        if self._closed and not self._procs:
+            return
+        self._close_now()
+        for proc in list(self._procs.values()):
+            if isinstance(proc, asyncio.subprocess.Process):
+                with contextlib.suppress(ProcessLookupError):
+                    await proc.wait()
+        self._procs.clear()
+
+
+def _check_argv(argv: list[str]) -> None:
+    if not argv:
+        raise InvalidCommandError("empty command")
+    for arg in argv:
+        if "\x00" in arg:
+            raise InvalidCommandError("command contains a NUL byte", argument=arg[:80])
+
+
+async def _pump(stream: asyncio.StreamReader | None, sink: HeadTail) -> None:
+    if stream is None:
+        return
+    while chunk := await stream.read(_READ_CHUNK):
+        sink.feed(chunk)
+
+
+async def _feed(stream: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    if stream is None:
+        return
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        if data:
+            stream.write(data)
+            await stream.drain()
+        stream.close()
+
+
+def _write_host(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def _tree_diff(template: Path | None, workspace: Path, scratch: Path) -> str:
+    """``diff -ruN`` of template and workspace with ``a/`` and ``b/`` paths."""
+    base = scratch / "diff"
+    base.mkdir(exist_ok=True)
+    a, b = base / "a", base / "b"
+    empty = base / "empty"
+    empty.mkdir(exist_ok=True)
+    for link, target in ((a, template or empty), (b, workspace)):
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(target.resolve())
+    proc = subprocess.run(["diff", "-ruN", "--no-dereference", "a", "b"], cwd=base,
+                          capture_output=True, check=False)
+    if proc.returncode > 1:
+        raise SandboxPathError(f"diff failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout.decode("utf-8", errors="replace")

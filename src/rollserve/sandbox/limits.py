@@ -1,0 +1,188 @@
+"""Per-sandbox resource limits: a cgroup where the host lets us write one, rlimits otherwise."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import resource
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollserve.schema.sandbox import SandboxLimits
+
+_PR_SET_PDEATHSIG = 1
+_MB = 1024 * 1024
+
+
+@dataclass
+class Cgroup:
+    """The cgroup directories of one sandbox (one per v1 controller, or one v2 directory)."""
+
+    dirs: list[Path]
+    version: int
+    controllers: set[str] = field(default_factory=set)
+
+    @classmethod
+    def create(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+        """Make and configure the sandbox's cgroup; None where cgroups are not writable."""
+        if (root / "memory").is_dir() or (root / "pids").is_dir():
+            return cls._create_v1(root, name, limits)
+        if (root / "cgroup.controllers").is_file():
+            return cls._create_v2(root, name, limits)
+        return None
+
+    @classmethod
+    def _create_v1(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+        group = cls(dirs=[], version=1)
+        for ctrl in ("memory", "pids", "freezer"):
+            base = root / ctrl
+            if not base.is_dir():
+                continue
+            path = base / "rollserve" / name
+            try:
+                path.mkdir(parents=True, exist_ok=True)
+            except OSError:
+                continue
+            group.dirs.append(path)
+            group.controllers.add(ctrl)
+        if not group.dirs:
+            return None
+        if limits.memory_mb and "memory" in group.controllers:
+            mem = root / "memory" / "rollserve" / name
+            _write(mem / "memory.limit_in_bytes", str(limits.memory_mb * _MB))
+            swap = mem / "memory.memsw.limit_in_bytes"
+            if swap.exists():
+                _write(swap, str(limits.memory_mb * _MB))
+        if limits.max_processes and "pids" in group.controllers:
+            _write(root / "pids" / "rollserve" / name / "pids.max", str(limits.max_processes))
+        return group
+
+    @classmethod
+    def _create_v2(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+        parent = root / "rollserve"
+        try:
+            parent.mkdir(exist_ok=True)
+            available = set((root / "cgroup.controllers").read_text().split())
+            wanted = available & {"memory", "pids"}
+            if wanted:
+                _write(root / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+                _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+            path = parent / name
+            path.mkdir(exist_ok=True)
+        except OSError:
+            return None
+        enabled = set((path / "cgroup.controllers").read_text().split())
+        if limits.memory_mb and "memory" in enabled:
+            _write(path / "memory.max", str(limits.memory_mb * _MB))
+            _write(path / "memory.swap.max", "0")
+        if limits.max_processes and "pids" in enabled:
+            _write(path / "pids.max", str(limits.max_processes))
+        return cls(dirs=[path], version=2, controllers=enabled)
+
+    @property
+    def procs_files(self) -> list[str]:
+        """The files a process writes ``0`` into to join the sandbox's cgroup."""
+        return [str(d / "cgroup.procs") for d in self.dirs]
+
+    def pids(self) -> set[int]:
+        """Every process currently in the cgroup."""
+        found: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                found.update(int(x) for x in (d / "cgroup.procs").read_text().split())
+        return found
+
+    def kill_all(self, deadline_s: float = 5.0) -> None:
+        """SIGKILL every process in the cgroup, freezing it first so a fork bomb cannot race."""
+        if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                _write(self.dirs[0] / "cgroup.kill", "1")
+        freezer = next((d for d in self.dirs if d.parent.parent.name == "freezer"), None)
+        end = time.monotonic() + deadline_s
+        while (pids := self.pids()) and time.monotonic() < end:
+            if freezer is not None:
+                with contextlib.suppress(OSError):
+                    _write(freezer / "freezer.state", "FROZEN")
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            if freezer is not None:
+                with contextlib.suppress(OSError):
+                    _write(freezer / "freezer.state", "THAWED")
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        """Remove the cgroup directories (they must be empty of processes)."""
+        for d in self.dirs:
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        raise
+                    time.sleep(0.01)
+
+    def oom_killed(self) -> bool:
+        """Whether the memory limit killed a process of this sandbox."""
+        for d in self.dirs:
+            events = d / ("memory.events" if self.version == 2 else "memory.oom_control")
+            if events.exists():
+                for line in events.read_text().splitlines():
+                    key, _, value = line.partition(" ")
+                    if key in ("oom_kill", "under_oom") and value.strip() not in ("", "0"):
+                        return True
+        return False
+
+
+def rlimits_for(limits: SandboxLimits, cgroup: Cgroup | None) -> list[tuple[int, int]]:
+    """The rlimits to set in every sandbox process; memory and processes fall back to rlimits
+    only where no cgroup enforces them."""
+    out: list[tuple[int, int]] = [(resource.RLIMIT_CORE, 0)]
+    if limits.max_file_size_mb:
+        out.append((resource.RLIMIT_FSIZE, limits.max_file_size_mb * _MB))
+    controllers = cgroup.controllers if cgroup else set()
+    if limits.memory_mb and "memory" not in controllers:
+        out.append((resource.RLIMIT_AS, limits.memory_mb * _MB))
+    if limits.max_processes and "pids" not in controllers:
+        out.append((resource.RLIMIT_NPROC, limits.max_processes))
+    return out
+
+
+def make_preexec(cgroup: Cgroup | None, rlimits: list[tuple[int, int]],
+                 *, controlling_tty: bool) -> Callable[[], None]:
+    """The function run in the forked child before exec: join the cgroup, set rlimits, die
+    with rollserve (PR_SET_PDEATHSIG) and, for a PTY, take the terminal as controlling tty."""
+    import fcntl
+    import termios
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    procs_files = cgroup.procs_files if cgroup else []
+
+    def preexec() -> None:
+        for path in procs_files:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, b"0")
+            finally:
+                os.close(fd)
+        for which, value in rlimits:
+            soft, hard = resource.getrlimit(which)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(which, (cap, cap))
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if controlling_tty:
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    return preexec
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)

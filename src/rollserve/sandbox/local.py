@@ -1,0 +1,36 @@
+"""local: a temporary directory on the host and no isolation. For development only."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from rollserve.sandbox.base import Availability, Launcher
+from rollserve.sandbox.env import sandbox_env
+from rollserve.schema.sandbox import LocalSpec, SandboxSpec
+from rollserve.settings import Settings
+
+log = logging.getLogger(__name__)
+
+WARNING = ("the 'local' sandbox backend has NO isolation: commands run as this user on the "
+           "host, with its network and files; use it for development only")
+
+
+class LocalBackend:
+    """Processes run directly on the host, in the sandbox's workspace directory."""
+
+    name = "local"
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def availability(self) -> Availability:
+        return Availability(True, "no isolation: development only")
+
+    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+        assert isinstance(spec, LocalSpec)
+        log.warning(WARNING)
+        home = workspace.parent / "home"
+        home.mkdir(exist_ok=True)
+        return Launcher(prefix=[], env=sandbox_env(spec.env, home=str(home)),
+                        workspace=str(workspace), cwd=str(workspace))

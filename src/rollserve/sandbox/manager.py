@@ -1,0 +1,148 @@
+"""The sandbox manager: backends by name, the start/close lifecycle, and crash recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from pathlib import Path
+from types import TracebackType
+
+from rollserve.errors import (
+    BackendUnavailableError,
+    InvalidInputError,
+    SandboxStartError,
+    TemplateNotFoundError,
+    UnknownNameError,
+)
+from rollserve.registry import Registry
+from rollserve.sandbox import state
+from rollserve.sandbox.apptainer import ApptainerBackend
+from rollserve.sandbox.base import Availability, SandboxBackend
+from rollserve.sandbox.bwrap import BwrapBackend
+from rollserve.sandbox.instance import SandboxInstance
+from rollserve.sandbox.limits import Cgroup
+from rollserve.sandbox.local import LocalBackend
+from rollserve.schema.sandbox import ApptainerSpec, BwrapSpec, LocalSpec, SandboxSpec
+from rollserve.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_SPEC_TYPES: dict[str, type[BwrapSpec | ApptainerSpec | LocalSpec]] = {
+    "bwrap": BwrapSpec, "apptainer": ApptainerSpec, "local": LocalSpec}
+
+
+def default_backends(settings: Settings) -> Registry[SandboxBackend]:
+    """A registry holding the built-in backends."""
+    registry: Registry[SandboxBackend] = Registry("sandbox backend")
+    for backend in (BwrapBackend(settings), ApptainerBackend(settings), LocalBackend(settings)):
+        registry.register(backend.name, backend)
+    return registry
+
+
+def spec_for(backend: str, **fields: object) -> SandboxSpec:
+    """A spec of the named built-in backend (``image``, ``template``, ``limits`` …)."""
+    try:
+        spec_type = _SPEC_TYPES[backend]
+    except KeyError:
+        raise UnknownNameError("sandbox backend", backend, list(_SPEC_TYPES)) from None
+    return spec_type.model_validate(fields)
+
+
+class SandboxManager:
+    """Starts sandboxes, knows the live ones, and reaps what a crashed process left behind.
+
+    Use as an async context manager: entering reaps stale sandboxes of dead rollserve
+    processes, leaving closes every sandbox this manager started.
+    """
+
+    def __init__(self, settings: Settings, backends: Registry[SandboxBackend] | None = None):
+        self.settings = settings
+        self.backends = backends if backends is not None else default_backends(settings)
+        self.live: dict[str, SandboxInstance] = {}
+        self._availability: dict[str, Availability] = {}
+
+    async def __aenter__(self) -> SandboxManager:
+        await asyncio.to_thread(self.reap)
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close_all()
+
+    def reap(self) -> list[str]:
+        """Destroy sandboxes whose owning process died; returns their ids."""
+        return state.reap(self.settings.state_dir)
+
+    def availability(self, name: str) -> Availability:
+        """Whether backend ``name`` works here (probed once per manager)."""
+        backend = self.backends.get(name)
+        if name not in self._availability:
+            self._availability[name] = backend.availability()
+        return self._availability[name]
+
+    async def start(self, spec: SandboxSpec) -> SandboxInstance:
+        """Start a sandbox: record it, lay out its workspace from the template, limit it."""
+        backend = self.backends.get(spec.backend)
+        available = await asyncio.to_thread(self.availability, spec.backend)
+        if not available.available:
+            raise BackendUnavailableError(f"sandbox backend {spec.backend!r} is unavailable: "
+                                          f"{available.reason}", backend=spec.backend)
+        template = _check_template(spec.template)
+        sandbox_id = f"{spec.backend}-{secrets.token_hex(6)}"
+        record = state.SandboxRecord.create(self.settings.state_dir, sandbox_id, spec.backend)
+        try:
+            workspace = record.path / "workspace"
+            await _lay_out(template, workspace)
+            launcher = backend.launcher(spec, workspace)
+            cgroup = Cgroup.create(self.settings.cgroup_root, sandbox_id, spec.limits)
+            if cgroup is not None:
+                record.cgroup_dirs = [str(d) for d in cgroup.dirs]
+                record.cgroup_version = cgroup.version
+                record.save()
+            sandbox = SandboxInstance(record=record, launcher=launcher, limits=spec.limits,
+                                      workspace=workspace, template=template, cgroup=cgroup)
+        except BaseException:
+            state.destroy(record)
+            raise
+        self.live[sandbox_id] = sandbox
+        return sandbox
+
+    async def close(self, sandbox: SandboxInstance) -> None:
+        """Close one sandbox and forget it."""
+        self.live.pop(sandbox.id, None)
+        await sandbox.close()
+
+    async def close_all(self) -> None:
+        """Close every sandbox still live; a failure to close one does not stop the others."""
+        for sandbox in list(self.live.values()):
+            try:
+                await self.close(sandbox)
+            except OSError:
+                log.exception("closing sandbox %s failed", sandbox.id)
+
+
+def _check_template(template: Path | None) -> Path | None:
+    if template is None:
+        return None
+    if not template.exists():
+        raise TemplateNotFoundError(f"workspace template {template} does not exist",
+                                    template=str(template))
+    if not template.is_dir():
+        raise InvalidInputError(f"workspace template {template} is not a directory",
+                                template=str(template))
+    return template.resolve()
+
+
+async def _lay_out(template: Path | None, workspace: Path) -> None:
+    """The private writable workspace: a copy of the template (reflinked where the filesystem
+    can), or an empty directory."""
+    workspace.mkdir()
+    if template is None:
+        return
+    proc = await asyncio.create_subprocess_exec(
+        "cp", "-a", "--reflink=auto", f"{template}/.", str(workspace),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise SandboxStartError(f"copying template {template} failed: {err.decode().strip()}")

@@ -1,0 +1,164 @@
+"""rollserve's own record of live sandboxes, and the reaper of what a dead process left.
+
+Each sandbox owns one directory ``STATE/<id>/`` holding ``record.json`` (owner process, cgroup
+directories) and ``procs`` (every process spawned for it, as PID + start time). Everything the
+sandbox creates on the host lives under that directory, so removing it removes them all. After a
+crash the next start reaps exactly the records whose owner is gone: processes by recorded identity
+(PID *and* start time, then their sessions), cgroups by recorded path — never by process name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import stat as stat_mod
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rollserve.sandbox import procfs
+from rollserve.sandbox.limits import Cgroup
+
+log = logging.getLogger(__name__)
+
+_RECORD = "record.json"
+_PROCS = "procs"
+_ORPHAN_GRACE_S = 60.0
+
+
+@dataclass
+class SandboxRecord:
+    """What rollserve needs to find and remove a sandbox after its owner died."""
+
+    id: str
+    backend: str
+    dir: str
+    owner_pid: int
+    owner_ticks: int
+    created: float = field(default_factory=time.time)
+    cgroup_dirs: list[str] = field(default_factory=list)
+    cgroup_version: int = 0
+
+    @classmethod
+    def create(cls, state_dir: Path, sandbox_id: str, backend: str) -> SandboxRecord:
+        """Make the sandbox's directory and write its record before anything else exists."""
+        path = state_dir / sandbox_id
+        path.mkdir(parents=True)
+        me = os.getpid()
+        record = cls(id=sandbox_id, backend=backend, dir=str(path), owner_pid=me,
+                     owner_ticks=procfs.start_ticks(me) or 0)
+        record.save()
+        return record
+
+    @property
+    def path(self) -> Path:
+        return Path(self.dir)
+
+    def save(self) -> None:
+        tmp = self.path / (_RECORD + ".tmp")
+        tmp.write_text(json.dumps(asdict(self)))
+        tmp.replace(self.path / _RECORD)
+
+    def add_process(self, pid: int) -> int:
+        """Note a spawned process; returns its start time."""
+        ticks = procfs.start_ticks(pid) or 0
+        with open(self.path / _PROCS, "a") as fh:
+            fh.write(f"{pid} {ticks}\n")
+        return ticks
+
+    def processes(self) -> list[tuple[int, int]]:
+        try:
+            lines = (self.path / _PROCS).read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        return [(int(a), int(b)) for a, b in (ln.split() for ln in lines if ln.strip())]
+
+    def cgroup(self) -> Cgroup | None:
+        if not self.cgroup_dirs:
+            return None
+        return Cgroup(dirs=[Path(d) for d in self.cgroup_dirs], version=self.cgroup_version)
+
+    def owner_alive(self) -> bool:
+        return procfs.is_same_process(self.owner_pid, self.owner_ticks)
+
+
+def destroy(record: SandboxRecord) -> None:
+    """Kill every process of the sandbox, remove its cgroup, mounts and directory. Idempotent."""
+    cgroup = record.cgroup()
+    for pid, ticks in record.processes():
+        if procfs.is_same_process(pid, ticks):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+        # Members of the leader's session survive the leader (orphaned background jobs).
+        procfs.kill_session(pid, ticks)
+    if cgroup is not None:
+        cgroup.kill_all()
+        cgroup.remove()
+    unmount_under(record.path)
+    remove_tree(record.path)
+
+
+def unmount_under(path: Path) -> None:
+    """Lazily unmount anything mounted at or below ``path`` in our mount namespace."""
+    prefix = str(path.resolve())
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    targets = [ln.split()[4] for ln in lines]
+    for target in sorted((t for t in targets if t == prefix or t.startswith(prefix + "/")),
+                         key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], check=False, capture_output=True)
+
+
+def remove_tree(path: Path) -> None:
+    """``rm -rf`` that also removes read-only directories a sandbox process left behind."""
+
+    def onexc(func: Any, p: str, exc: Any) -> None:
+        if isinstance(exc[1], FileNotFoundError):
+            return
+        parent = os.path.dirname(p)
+        with contextlib.suppress(OSError):
+            os.chmod(parent, stat_mod.S_IRWXU)
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.chmod(p, stat_mod.S_IRWXU)
+        func(p)
+
+    if path.exists() or path.is_symlink():
+        shutil.rmtree(path, onerror=onexc)
+
+
+def load(path: Path) -> SandboxRecord | None:
+    try:
+        data = json.loads((path / _RECORD).read_text())
+        return SandboxRecord(**data)
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def reap(state_dir: Path) -> list[str]:
+    """Destroy every sandbox whose owning process is gone; returns the reaped ids."""
+    if not state_dir.is_dir():
+        return []
+    reaped = []
+    for entry in sorted(state_dir.iterdir()):
+        if not entry.is_dir():
+            continue
+        record = load(entry)
+        if record is None:
+            # A directory without a record is a crash between mkdir and the first write.
+            if time.time() - entry.stat().st_mtime > _ORPHAN_GRACE_S:
+                remove_tree(entry)
+                reaped.append(entry.name)
+            continue
+        if record.owner_alive():
+            continue
+        log.warning("reaping sandbox %s left by dead process %d", record.id, record.owner_pid)
+        destroy(record)
+        reaped.append(record.id)
+    return reaped

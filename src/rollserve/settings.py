@@ -1,0 +1,56 @@
+"""The one settings object; the only module that reads the environment (``ROLLSERVE_*``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "rollserve"
+
+
+def _default_host_binds() -> list[Path]:
+    # The interpreter that runs rollserve may live outside /usr (pyenv, conda): bind its
+    # prefix so that Python inside a host-image sandbox (and task venvs) has an interpreter.
+    prefix = Path(sys.base_prefix).resolve()
+    usr = Path("/usr")
+    return [] if prefix == usr or usr in prefix.parents else [prefix]
+
+
+class Settings(BaseSettings):
+    """Everything configurable about a rollserve process, read once at the edge."""
+
+    model_config = SettingsConfigDict(env_prefix="ROLLSERVE_", extra="forbid")
+
+    data_dir: Path = Field(default_factory=_default_data_dir,
+                           description="SQLite store and sandbox state live here")
+    default_sandbox_backend: str = "bwrap"
+    tools_dir: Path = Field(Path("/opt/rollserve"),
+                            description="where scripts/install-apptainer.sh puts Apptainer and images")
+    images_dir: Path | None = Field(None, description="named sandbox images; default TOOLS_DIR/images")
+    bwrap_binary: str = "bwrap"
+    bwrap_host_binds: list[Path] = Field(default_factory=_default_host_binds,
+                                         description="extra read-only binds for the host image")
+    apptainer_binary: str | None = Field(
+        None, description="apptainer or singularity executable; default: search PATH for both")
+    apptainer_userns: bool = Field(True, description="pass --userns (no setuid starter needed)")
+    cgroup_root: Path = Path("/sys/fs/cgroup")
+    sandbox_start_timeout_s: float = 60.0
+    ci: bool = Field(False, validation_alias=AliasChoices("CI", "ROLLSERVE_CI"),
+                     description="running in CI: an unavailable sandbox backend fails the tests")
+
+    @property
+    def state_dir(self) -> Path:
+        """One directory per live sandbox; what a crashed process left is reaped from here."""
+        return self.data_dir / "sandboxes"
+
+    @property
+    def image_dir(self) -> Path:
+        """Where named images (``base`` → ``base/`` or ``base.sif``) are looked up."""
+        return self.images_dir or self.tools_dir / "images"
