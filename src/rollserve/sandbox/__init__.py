@@ -1,11 +1,13 @@
 """Sandboxes: rootless isolation for agent episodes (bwrap, apptainer, local)."""
 
+from rollserve.sandbox import procfs
 from rollserve.sandbox.base import Availability, Launcher, Sandbox, SandboxBackend, TtyProcess
 from rollserve.sandbox.instance import SandboxInstance
 from rollserve.sandbox.manager import SandboxManager, default_backends, spec_for
 
 __all__ = [
     "Availability",
+    "procfs",
     "Launcher",
     "Sandbox",
     "SandboxBackend",

@@ -28,7 +28,8 @@ class Launcher:
     ``prefix + argv`` runs ``argv`` inside the sandbox. ``tty_prefix`` is used instead for a
     process on a pseudo-terminal; when ``tty_inside`` is true the wrapper makes the terminal the
     controlling tty inside the sandbox itself (bwrap starts a new session there), otherwise the
-    spawner does it for the wrapper process.
+    spawner does it for the wrapper process. ``dies_with_parent`` says the wrapper already
+    kills itself when rollserve dies (bwrap --die-with-parent).
     """
 
     prefix: list[str]
@@ -36,6 +37,7 @@ class Launcher:
     workspace: str
     tty_prefix: list[str] | None = None
     tty_inside: bool = False
+    dies_with_parent: bool = False
     cwd: str | None = None
 
     def argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:
@@ -76,6 +78,11 @@ class Sandbox(Protocol):
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def close_reason(self) -> str:
+        """Why it closed on its own (a limit), or "" """
+        ...
 
     @property
     def workspace(self) -> Path:

@@ -84,4 +84,4 @@ class BwrapBackend:
         # bwrap's --new-session leaves the sandbox without a controlling terminal; setsid -c
         # makes the sandbox's own PTY the controlling tty again, so Ctrl-C reaches commands.
         return Launcher(prefix=args, tty_prefix=[*args, "setsid", "-w", "-c"], tty_inside=True,
-                        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, workspace=GUEST_WORKSPACE)
+                        dies_with_parent=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, workspace=GUEST_WORKSPACE)

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
 from rollserve.sandbox import procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
-from rollserve.sandbox.limits import Cgroup, make_preexec, rlimits_for
+from rollserve.sandbox.limits import Cgroup, confine, rlimits_for
 from rollserve.sandbox.output import HeadTail
 from rollserve.schema.sandbox import ExecResult, SandboxLimits
 
@@ -60,6 +60,11 @@ class SandboxInstance:
         return self._closed
 
     @property
+    def close_reason(self) -> str:
+        """Why the sandbox closed other than by its owner ("" if it did not)."""
+        return self._close_reason
+
+    @property
     def workspace(self) -> Path:
         return self._workspace
 
@@ -69,23 +74,38 @@ class SandboxInstance:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise SandboxClosedError(f"sandbox {self.id} is closed{self._close_reason}",
-                                     sandbox_id=self.id)
+            why = f" ({self._close_reason})" if self._close_reason else ""
+            raise SandboxClosedError(f"sandbox {self.id} is closed{why}", sandbox_id=self.id)
 
     def _expire(self) -> None:
         log.warning("sandbox %s reached its wall-time limit of %ss", self.id,
                     self.limits.wall_time_s)
-        self._close_reason = f" (wall-time limit of {self.limits.wall_time_s}s reached)"
+        self._close_reason = f"wall-time limit of {self.limits.wall_time_s}s reached"
         self._close_now()
 
     def _track(self, proc: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> None:
         self._procs[proc.pid] = proc
         self._ticks[proc.pid] = self._record.add_process(proc.pid)
 
+    def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
+        return confine(argv, self._cgroup, self._rlimits, take_tty=take_tty,
+                       set_pdeathsig=not self._launcher.dies_with_parent)
+
     def _kill_process_tree(self, pid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
         procfs.kill_session(pid, self._ticks.get(pid, 0))
+
+    def host_processes(self) -> list[procfs.ProcStat]:
+        """Every live host process of this sandbox: those it spawned, their descendants and
+        sessions, and whatever is in its cgroup."""
+        found = {st.pid: st for st in procfs.family(dict(self._record.processes()))}
+        if self._cgroup is not None:
+            for pid in self._cgroup.pids():
+                st = procfs.stat(pid)
+                if st is not None:
+                    found.setdefault(pid, st)
+        return list(found.values())
 
     def process_died_of_limit(self) -> bool:
         """Whether the memory limit killed a process (cgroup hosts only)."""
@@ -107,12 +127,11 @@ class SandboxInstance:
         """Run to completion; the exit code is None after a timeout, 128+N for signal N."""
         self._check_open()
         _check_argv(argv)
-        preexec = make_preexec(self._cgroup, self._rlimits, controlling_tty=False)
         proc = await asyncio.create_subprocess_exec(
-            *self._launcher.argv(argv), stdin=subprocess.PIPE if stdin is not None
-            else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=self._launcher.env, cwd=self._launcher.cwd, start_new_session=True,
-            preexec_fn=preexec)
+            *self._confine(self._launcher.argv(argv), take_tty=False),
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._launcher.env,
+            cwd=self._launcher.cwd, start_new_session=True)
         self._track(proc)
         out, err = HeadTail(limit), HeadTail(limit)
         timed_out = False
@@ -145,12 +164,14 @@ class SandboxInstance:
             attrs[3] &= ~(termios.ECHO | termios.ECHONL)
             termios.tcsetattr(slave, termios.TCSANOW, attrs)
             rdev = os.fstat(slave).st_rdev
-            preexec = make_preexec(self._cgroup, self._rlimits,
-                                   controlling_tty=not self._launcher.tty_inside)
+            take_tty = not self._launcher.tty_inside
+            # setsid -c makes the new session itself; a process group leader would have to
+            # fork for it, so the wrapper starts in ours and leaves it at once.
             popen = subprocess.Popen(
-                self._launcher.argv(argv, tty=True), stdin=slave, stdout=slave, stderr=slave,
+                self._confine(self._launcher.argv(argv, tty=True), take_tty=take_tty),
+                stdin=slave, stdout=slave, stderr=slave,
                 env={**self._launcher.env, **(env or {})}, cwd=self._launcher.cwd,
-                start_new_session=True, preexec_fn=preexec, close_fds=True)
+                start_new_session=not take_tty, close_fds=True)
         except BaseException:
             os.close(master)
             raise
@@ -306,7 +327,7 @@ def _tree_diff(template: Path | None, workspace: Path, scratch: Path) -> str:
         if link.is_symlink():
             link.unlink()
         link.symlink_to(target.resolve())
-    proc = subprocess.run(["diff", "-ruN", "--no-dereference", "a", "b"], cwd=base,
+    proc = subprocess.run(["diff", "-ruN", "--no-dereference", "a/", "b/"], cwd=base,
                           capture_output=True, check=False)
     if proc.returncode > 1:
         raise SandboxPathError(f"diff failed: {proc.stderr.decode(errors='replace').strip()}")

@@ -82,6 +82,26 @@ def kill_session(leader_pid: int, leader_ticks: int) -> int:
     return killed
 
 
+def family(roots: dict[int, int]) -> list[ProcStat]:
+    """Live processes descending from, or in a session led by, the ``roots`` (PID → start
+    ticks); a root that no longer names the same process contributes only its session."""
+    stats = all_stats()
+    children: dict[int, list[ProcStat]] = {}
+    for st in stats:
+        children.setdefault(st.ppid, []).append(st)
+    found: dict[int, ProcStat] = {}
+    stack = [st for st in stats if roots.get(st.pid) == st.start_ticks]
+    stack += [st for st in stats
+              if st.session in roots and st.start_ticks >= roots[st.session]]
+    while stack:
+        st = stack.pop()
+        if st.pid in found or st.state in ("Z", "X"):
+            continue
+        found[st.pid] = st
+        stack.extend(children.get(st.pid, []))
+    return list(found.values())
+
+
 def reading_terminal(pids: list[int], tty_rdev: int) -> bool:
     """Whether any of ``pids`` is blocked in a read on the terminal device ``tty_rdev``."""
     reads = _READ_SYSCALLS.get(platform.machine(), set())

@@ -1,5 +1,6 @@
 """Wire models shared by server and client."""
 
+from rollserve.schema.bench import ShellBenchResult
 from rollserve.schema.sandbox import (
     ApptainerSpec,
     BackendCheck,
@@ -20,4 +21,5 @@ __all__ = [
     "LocalSpec",
     "SandboxLimits",
     "SandboxSpec",
+    "ShellBenchResult",
 ]

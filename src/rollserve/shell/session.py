@@ -224,7 +224,9 @@ class ShellSession:
 
     def _raise_dead(self) -> None:
         if self.sandbox.closed:
-            raise SandboxClosedError(f"sandbox {self.sandbox.id} was closed under the command")
+            why = f": {self.sandbox.close_reason}" if self.sandbox.close_reason else ""
+            raise SandboxClosedError(f"sandbox {self.sandbox.id} was closed under the "
+                                     f"command{why}")
         code = self._tty.popen.poll()
         if code is None:
             with contextlib.suppress(subprocess.TimeoutExpired):

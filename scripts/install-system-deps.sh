@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages rollserve needs, only those that are missing.
+set -euo pipefail
+
+missing=()
+have() { command -v "$1" >/dev/null 2>&1; }
+have bwrap || missing+=(bubblewrap)
+have tmux || missing+=(tmux)
+have git || missing+=(git)
+have patch || missing+=(patch)
+have setpriv || missing+=(util-linux)
+have debootstrap || missing+=(debootstrap)
+have less || missing+=(less)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing Debian packages: ${missing[*]}"
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+  if have sudo; then sudo=(sudo); else
+    echo "error: need root (or sudo) to apt-get install ${missing[*]}" >&2; exit 1
+  fi
+fi
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+  "${missing[@]}"

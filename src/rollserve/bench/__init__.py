@@ -1,0 +1,1 @@
+"""Figures: sandbox start latency and shell command latency."""

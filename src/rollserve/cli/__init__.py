@@ -1,0 +1,1 @@
+"""The rollserve command line."""

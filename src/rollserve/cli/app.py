@@ -1,0 +1,100 @@
+"""``rollserve``: the command line (typer)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rollserve.bench.shell import bench_shell
+from rollserve.bench.startup import check_backends
+from rollserve.cli.demo import run_demo
+from rollserve.errors import RollserveError
+from rollserve.sandbox import SandboxManager
+from rollserve.settings import Settings
+
+app = typer.Typer(help="rollserve: Rollout-as-a-Service for multi-turn LLM agents.",
+                  no_args_is_help=True, add_completion=False)
+sandbox_app = typer.Typer(help="Sandbox backends.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks (figures, not tests).", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(bench_app, name="bench")
+
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory")]
+
+
+def _settings(data_dir: Path | None) -> Settings:
+    return Settings(data_dir=data_dir) if data_dir else Settings()
+
+
+async def _with_manager(settings: Settings, work):  # type: ignore[no-untyped-def]
+    async with SandboxManager(settings) as manager:
+        return await work(manager)
+
+
+@sandbox_app.command("check")
+def sandbox_check(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    starts: Annotated[int, typer.Option(min=1, help="starts timed per backend")] = 7,
+    data_dir: DataDir = None,
+) -> None:
+    """Each backend: available or why not, and its start latency (median)."""
+    checks = asyncio.run(_with_manager(_settings(data_dir),
+                                       lambda m: check_backends(m, starts=starts)))
+    if as_json:
+        typer.echo(json.dumps({"backends": [c.model_dump() for c in checks]}, indent=2))
+        return
+    table = Table("backend", "available", "start p50 (ms)", "note")
+    for c in checks:
+        table.add_row(c.name, "yes" if c.available else "no",
+                      f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-", c.reason)
+    Console().print(table)
+
+
+@bench_app.command("shell")
+def bench_shell_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    n: Annotated[int, typer.Option("--n", min=10, help="commands per method")] = 200,
+    backend: Annotated[list[str] | None, typer.Option(help="only these backends")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Trivial-command latency: persistent PTY vs tmux polling vs a new bash -c."""
+    settings = _settings(data_dir)
+
+    async def work(manager: SandboxManager):  # type: ignore[no-untyped-def]
+        names = backend or manager.backends.names()
+        return await bench_shell(manager, names, n=n, tmux_n=max(10, n // 2))
+
+    results = asyncio.run(_with_manager(settings, work))
+    if as_json:
+        typer.echo(json.dumps({"results": [r.model_dump() for r in results]}, indent=2))
+        return
+    table = Table("backend", "method", "p50 ms", "p99 ms", "n", "p50 vs pty")
+    pty = {r.backend: r.p50_ms for r in results if r.method == "pty"}
+    for r in results:
+        ratio = r.p50_ms / pty[r.backend] if pty.get(r.backend) else float("nan")
+        table.add_row(r.backend, r.method, f"{r.p50_ms:.3f}", f"{r.p99_ms:.3f}", str(r.n),
+                      f"{ratio:.1f}x")
+    Console().print(table)
+
+
+@app.command("demo")
+def demo(data_dir: DataDir = None) -> None:
+    """Show the sandbox check and a short shell session in the default backend."""
+    asyncio.run(run_demo(_settings(data_dir), Console()))
+
+
+def main() -> None:
+    """Console-script entry: errors are printed with their code, not as a traceback."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        app()
+    except RollserveError as exc:
+        Console(stderr=True).print(f"[red]error[/red] [{exc.code}] {exc.message}")
+        raise SystemExit(2) from exc
