@@ -30,4 +30,5 @@ def mounts_under(path: Path) -> list[str]:
 
 def cgroup_dirs(box_id: str, root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
     return [p for p in root.glob(f"*/rollserve/{box_id}")] + [
-        p for p in root.glob(f"rollserve/{box_id}")]
+        p for p in root.glob(f"rollserve/{box_id}")
+    ]

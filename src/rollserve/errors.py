@@ -38,8 +38,9 @@ class UnknownNameError(InvalidInputError):
 
     def __init__(self, kind: str, name: str, known: list[str]) -> None:
         listed = ", ".join(sorted(known)) or "none"
-        super().__init__(f"unknown {kind} {name!r}; known: {listed}", kind=kind, name=name,
-                         known=sorted(known))
+        super().__init__(
+            f"unknown {kind} {name!r}; known: {listed}", kind=kind, name=name, known=sorted(known)
+        )
 
 
 class ImageNotFoundError(InvalidInputError):

@@ -28,22 +28,32 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ROLLSERVE_", extra="forbid")
 
-    data_dir: Path = Field(default_factory=_default_data_dir,
-                           description="SQLite store and sandbox state live here")
+    data_dir: Path = Field(
+        default_factory=_default_data_dir, description="SQLite store and sandbox state live here"
+    )
     default_sandbox_backend: str = "bwrap"
-    tools_dir: Path = Field(Path("/opt/rollserve"),
-                            description="where scripts/install-apptainer.sh puts Apptainer and images")
-    images_dir: Path | None = Field(None, description="named sandbox images; default TOOLS_DIR/images")
+    tools_dir: Path = Field(
+        Path("/opt/rollserve"),
+        description="where scripts/install-apptainer.sh puts Apptainer and images",
+    )
+    images_dir: Path | None = Field(
+        None, description="named sandbox images; default TOOLS_DIR/images"
+    )
     bwrap_binary: str = "bwrap"
-    bwrap_host_binds: list[Path] = Field(default_factory=_default_host_binds,
-                                         description="extra read-only binds for the host image")
+    bwrap_host_binds: list[Path] = Field(
+        default_factory=_default_host_binds, description="extra read-only binds for the host image"
+    )
     apptainer_binary: str | None = Field(
-        None, description="apptainer or singularity executable; default: search PATH for both")
+        None, description="apptainer or singularity executable; default: search PATH for both"
+    )
     apptainer_userns: bool = Field(True, description="pass --userns (no setuid starter needed)")
     cgroup_root: Path = Path("/sys/fs/cgroup")
     sandbox_start_timeout_s: float = 60.0
-    ci: bool = Field(False, validation_alias=AliasChoices("CI", "ROLLSERVE_CI"),
-                     description="running in CI: an unavailable sandbox backend fails the tests")
+    ci: bool = Field(
+        False,
+        validation_alias=AliasChoices("CI", "ROLLSERVE_CI"),
+        description="running in CI: an unavailable sandbox backend fails the tests",
+    )
 
     @property
     def state_dir(self) -> Path:

@@ -21,8 +21,7 @@ async def main(backend: str, data_dir: str) -> None:
     runner = asyncio.create_task(session.run("sleep 1000", timeout=None))
     await asyncio.sleep(0.5)
     procs = [[st.pid, st.start_ticks] for st in box.host_processes()]
-    print(json.dumps({"id": box.id, "dir": str(box.workspace.parent), "procs": procs}),
-          flush=True)
+    print(json.dumps({"id": box.id, "dir": str(box.workspace.parent), "procs": procs}), flush=True)
     await runner
 
 

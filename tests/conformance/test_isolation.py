@@ -22,15 +22,17 @@ async def test_network_off_by_default(manager: SandboxManager, isolating_backend
 
 async def test_network_on_when_asked(manager: SandboxManager, isolating_backend: str) -> None:
     require(manager, isolating_backend)
-    host = sorted(line.split(":")[0].strip()
-                  for line in Path("/proc/net/dev").read_text().splitlines()[2:])
+    host = sorted(
+        line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]
+    )
     box = await manager.start(spec_for(isolating_backend, network=True))
     result = await box.exec(_INTERFACES)
     assert sorted(result.stdout.split()) == host
 
 
 async def test_nothing_outside_the_workspace_reaches_the_host(
-        manager: SandboxManager, isolating_backend: str, tmp_path: Path) -> None:
+    manager: SandboxManager, isolating_backend: str, tmp_path: Path
+) -> None:
     require(manager, isolating_backend)
     box = await manager.start(spec_for(isolating_backend))
     probe = f"rollserve-probe-{os.getpid()}"
@@ -51,8 +53,9 @@ async def test_system_directories_are_read_only(manager: SandboxManager) -> None
         assert "Read-only file system" in result.stderr
 
 
-async def test_host_files_are_invisible(manager: SandboxManager, isolating_backend: str,
-                                        tmp_path: Path) -> None:
+async def test_host_files_are_invisible(
+    manager: SandboxManager, isolating_backend: str, tmp_path: Path
+) -> None:
     require(manager, isolating_backend)
     secret = tmp_path / "secret.txt"
     secret.write_text("host secret")
@@ -62,18 +65,21 @@ async def test_host_files_are_invisible(manager: SandboxManager, isolating_backe
     assert "host secret" not in result.stdout
 
 
-async def test_twenty_concurrent_isolated_sessions(manager: SandboxManager,
-                                                    backend: str) -> None:
+async def test_twenty_concurrent_isolated_sessions(manager: SandboxManager, backend: str) -> None:
     require(manager, backend)
     boxes = await asyncio.gather(*(manager.start(spec_for(backend)) for _ in range(20)))
     shells = await asyncio.gather(*(ShellSession.open(b) for b in boxes))
     try:
-        writes = await asyncio.gather(*(
-            s.run(f"echo {i} > mine.txt && export ME={i} && cd /tmp")
-            for i, s in enumerate(shells)))
+        writes = await asyncio.gather(
+            *(
+                s.run(f"echo {i} > mine.txt && export ME={i} && cd /tmp")
+                for i, s in enumerate(shells)
+            )
+        )
         assert all(w.exit_code == 0 for w in writes)
-        reads = await asyncio.gather(*(
-            s.run("cat \"$OLDPWD/mine.txt\"; echo $ME; ls \"$OLDPWD\"") for s in shells))
+        reads = await asyncio.gather(
+            *(s.run('cat "$OLDPWD/mine.txt"; echo $ME; ls "$OLDPWD"') for s in shells)
+        )
         for i, r in enumerate(reads):
             assert r.output == f"{i}\n{i}\nmine.txt\n"
         assert len({b.workspace for b in boxes}) == 20

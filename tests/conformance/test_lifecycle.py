@@ -43,8 +43,9 @@ async def test_files_round_trip(sandbox: SandboxInstance) -> None:
     assert listed.stdout == "a.bin\n"
 
 
-async def test_template_is_copied_and_diffed(manager: SandboxManager, backend: str,
-                                             tmp_path: Path) -> None:
+async def test_template_is_copied_and_diffed(
+    manager: SandboxManager, backend: str, tmp_path: Path
+) -> None:
     require(manager, backend)
     template = tmp_path / "template"
     template.mkdir()
@@ -57,14 +58,16 @@ async def test_template_is_copied_and_diffed(manager: SandboxManager, backend: s
     assert "+two" in diff and "+new" in diff and "a/keep.txt" in diff
 
 
-async def test_git_workspace_diff(manager: SandboxManager, backend: str,
-                                  tmp_path: Path) -> None:
+async def test_git_workspace_diff(manager: SandboxManager, backend: str, tmp_path: Path) -> None:
     require(manager, backend)
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "m.py").write_text("x = 1\n")
-    for args in (["init", "-q"], ["add", "."], ["-c", "user.email=t@t", "-c", "user.name=t",
-                                                 "commit", "-qm", "init"]):
+    for args in (
+        ["init", "-q"],
+        ["add", "."],
+        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
+    ):
         subprocess.run(["git", *args], cwd=repo, check=True)
     box = await manager.start(spec_for(backend, template=repo))
     await box.exec("sed -i 's/1/2/' m.py && echo y > new.py")
@@ -105,7 +108,8 @@ async def test_cancelled_command_leaves_nothing(manager: SandboxManager, backend
 
 
 async def test_sandbox_dying_mid_command_is_an_infrastructure_error(
-        manager: SandboxManager, backend: str) -> None:
+    manager: SandboxManager, backend: str
+) -> None:
     require(manager, backend)
     box = await manager.start(spec_for(backend))
     session = await ShellSession.open(box)
@@ -124,14 +128,17 @@ async def test_exit_is_not_an_infrastructure_error(shell: ShellSession) -> None:
         await shell.run("exit 3")
 
 
-async def test_killed_parent_leaves_nothing_after_restart(backend: str, settings: Settings,
-                                                          tmp_path: Path) -> None:
+async def test_killed_parent_leaves_nothing_after_restart(
+    backend: str, settings: Settings, tmp_path: Path
+) -> None:
     async with SandboxManager(settings) as probe:
         require(probe, backend)
     owner = subprocess.Popen(
-        [sys.executable, "-m", "tests.conformance.owner_process", backend,
-         str(settings.data_dir)], stdout=subprocess.PIPE, text=True,
-        cwd=Path(__file__).parents[2])
+        [sys.executable, "-m", "tests.conformance.owner_process", backend, str(settings.data_dir)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     assert owner.stdout is not None
     report = json.loads(owner.stdout.readline())
     procs = [Proc(pid, ticks) for pid, ticks in report["procs"]]

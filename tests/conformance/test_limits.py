@@ -40,8 +40,8 @@ async def test_memory_hog_is_contained(manager: SandboxManager, backend: str) ->
     require(manager, backend)
     box = await manager.start(spec_for(backend, limits=SandboxLimits(memory_mb=128)))
     result = await box.exec(
-        "python3 -c \"b = b'x' * (512 * 1024 * 1024); print('allocated', len(b))\"",
-        timeout=60)
+        "python3 -c \"b = b'x' * (512 * 1024 * 1024); print('allocated', len(b))\"", timeout=60
+    )
     assert result.exit_code != 0
     assert "allocated" not in result.stdout
     after = await box.exec("echo fine")

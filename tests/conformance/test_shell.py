@@ -10,9 +10,15 @@ from rollserve.shell import ShellSession
 
 @pytest.mark.parametrize(
     ("command", "code"),
-    [("true", 0), ("exit_one() { return 1; }; exit_one", 1), ("false", 1),
-     ("no-such-command-xyz", 127), ("false && true", 1), ("true || false", 0),
-     ("(exit 42)", 42)],
+    [
+        ("true", 0),
+        ("exit_one() { return 1; }; exit_one", 1),
+        ("false", 1),
+        ("no-such-command-xyz", 127),
+        ("false && true", 1),
+        ("true || false", 0),
+        ("(exit 42)", 42),
+    ],
 )
 async def test_exit_codes(shell: ShellSession, command: str, code: int) -> None:
     result = await shell.run(command)
@@ -127,13 +133,14 @@ async def test_syntax_error(shell: ShellSession) -> None:
 
 
 async def test_background_server_reached_later(shell: ShellSession) -> None:
-    started = await shell.run(
-        "python3 -m http.server 18765 --bind 127.0.0.1 >/dev/null 2>&1 &")
+    started = await shell.run("python3 -m http.server 18765 --bind 127.0.0.1 >/dev/null 2>&1 &")
     assert started.exit_code == 0
     result = await shell.run(
         "for i in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/18765) 2>/dev/null && break; "
         "sleep 0.1; done; exec 3<>/dev/tcp/127.0.0.1/18765; "
-        "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; head -1 <&3; exec 3<&-", timeout=30)
+        "printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; head -1 <&3; exec 3<&-",
+        timeout=30,
+    )
     assert result.output.startswith("HTTP/1.0 200")
 
 

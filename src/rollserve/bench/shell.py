@@ -12,7 +12,7 @@ import time
 
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
-from rollserve.schema.bench import ShellBenchResult
+from rollserve.schema.bench import ShellBenchResult, ShellMethod
 from rollserve.shell import ShellSession
 
 # Times each iteration in microseconds with bash's own clock; prints one figure per line.
@@ -26,7 +26,6 @@ for i in $(seq 1 {n}); do
   tmux -S $sock send-keys -t b "true; echo __M$i" Enter
   until tmux -S $sock capture-pane -p -t b | grep -qx "__M$i"; do sleep 0.01; done
   e=${EPOCHREALTIME/./}; echo $((e - s))
-  [ $((i % 20)) -eq 0 ] && tmux -S $sock clear-history -t b && tmux -S $sock send-keys -t b clear Enter
 done
 tmux -S $sock kill-server
 """
@@ -38,12 +37,16 @@ done
 """
 
 
-def _summary(backend: str, method: str, samples_ms: list[float]) -> ShellBenchResult:
+def _summary(backend: str, method: ShellMethod, samples_ms: list[float]) -> ShellBenchResult:
     ordered = sorted(samples_ms)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-    return ShellBenchResult(backend=backend, method=method,  # type: ignore[arg-type]
-                            p50_ms=round(statistics.median(ordered), 3), p99_ms=round(p99, 3),
-                            n=len(ordered))
+    return ShellBenchResult(
+        backend=backend,
+        method=method,
+        p50_ms=round(statistics.median(ordered), 3),
+        p99_ms=round(p99, 3),
+        n=len(ordered),
+    )
 
 
 async def _pty(sandbox: SandboxInstance, n: int) -> list[float]:
@@ -64,13 +67,15 @@ async def _pty(sandbox: SandboxInstance, n: int) -> list[float]:
 async def _driver(sandbox: SandboxInstance, script: str, n: int) -> list[float]:
     result = await sandbox.exec(script.replace("{n}", str(n)), timeout=600)
     if result.exit_code != 0:
-        raise RuntimeError(f"benchmark driver failed ({result.exit_code}): "
-                           f"{result.stderr.strip()[-300:]}")
+        raise RuntimeError(
+            f"benchmark driver failed ({result.exit_code}): {result.stderr.strip()[-300:]}"
+        )
     return [int(line) / 1000 for line in result.stdout.split()]
 
 
-async def bench_shell(manager: SandboxManager, backends: list[str],
-                      n: int = 200, tmux_n: int = 100) -> list[ShellBenchResult]:
+async def bench_shell(
+    manager: SandboxManager, backends: list[str], n: int = 200, tmux_n: int = 100
+) -> list[ShellBenchResult]:
     """Latency figures per backend and method; unavailable backends are left out."""
     results = []
     for name in backends:
@@ -83,8 +88,7 @@ async def bench_shell(manager: SandboxManager, backends: list[str],
         try:
             results.append(_summary(name, "pty", await _pty(sandbox, n)))
             if (await sandbox.exec("command -v tmux")).exit_code == 0:
-                results.append(_summary(name, "tmux",
-                                        await _driver(sandbox, _TMUX_DRIVER, tmux_n)))
+                results.append(_summary(name, "tmux", await _driver(sandbox, _TMUX_DRIVER, tmux_n)))
             results.append(_summary(name, "bash_c", await _driver(sandbox, _BASH_C_DRIVER, n)))
         finally:
             await manager.close(sandbox)

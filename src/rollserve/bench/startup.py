@@ -45,7 +45,13 @@ async def check_backends(manager: SandboxManager, starts: int = 7) -> list[Backe
         except RollserveError as exc:
             checks.append(BackendCheck(name=name, available=False, reason=exc.message))
             continue
-        checks.append(BackendCheck(name=name, available=True, reason=available.reason,
-                                   start_p50_ms=round(statistics.median(samples), 2),
-                                   starts=len(samples)))
+        checks.append(
+            BackendCheck(
+                name=name,
+                available=True,
+                reason=available.reason,
+                start_p50_ms=round(statistics.median(samples), 2),
+                starts=len(samples),
+            )
+        )
     return checks

@@ -19,8 +19,11 @@ from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
 
-app = typer.Typer(help="rollserve: Rollout-as-a-Service for multi-turn LLM agents.",
-                  no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="rollserve: Rollout-as-a-Service for multi-turn LLM agents.",
+    no_args_is_help=True,
+    add_completion=False,
+)
 sandbox_app = typer.Typer(help="Sandbox backends.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks (figures, not tests).", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
@@ -45,15 +48,20 @@ def sandbox_check(
     data_dir: DataDir = None,
 ) -> None:
     """Each backend: available or why not, and its start latency (median)."""
-    checks = asyncio.run(_with_manager(_settings(data_dir),
-                                       lambda m: check_backends(m, starts=starts)))
+    checks = asyncio.run(
+        _with_manager(_settings(data_dir), lambda m: check_backends(m, starts=starts))
+    )
     if as_json:
         typer.echo(json.dumps({"backends": [c.model_dump() for c in checks]}, indent=2))
         return
     table = Table("backend", "available", "start p50 (ms)", "note")
     for c in checks:
-        table.add_row(c.name, "yes" if c.available else "no",
-                      f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-", c.reason)
+        table.add_row(
+            c.name,
+            "yes" if c.available else "no",
+            f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-",
+            c.reason,
+        )
     Console().print(table)
 
 
@@ -79,8 +87,9 @@ def bench_shell_cmd(
     pty = {r.backend: r.p50_ms for r in results if r.method == "pty"}
     for r in results:
         ratio = r.p50_ms / pty[r.backend] if pty.get(r.backend) else float("nan")
-        table.add_row(r.backend, r.method, f"{r.p50_ms:.3f}", f"{r.p99_ms:.3f}", str(r.n),
-                      f"{ratio:.1f}x")
+        table.add_row(
+            r.backend, r.method, f"{r.p50_ms:.3f}", f"{r.p99_ms:.3f}", str(r.n), f"{ratio:.1f}x"
+        )
     Console().print(table)
 
 

@@ -14,7 +14,7 @@ from rollserve.shell import ShellSession
 _SESSION = [
     "echo hello from $(hostname); id -u; pwd",
     "cd /tmp && export GREETING=persisted",
-    "echo \"cwd=$(pwd) GREETING=$GREETING\"",
+    'echo "cwd=$(pwd) GREETING=$GREETING"',
     "python3 -c 'print(sum(range(10)))' 2>/dev/null || echo no python here",
     "cat > notes.txt <<'EOF'\nwritten by a heredoc\nEOF\ncat notes.txt",
     "curl -sS --max-time 2 http://127.0.0.1:9 2>&1 | head -1; ip -brief link 2>/dev/null "
@@ -30,24 +30,35 @@ async def run_demo(settings: Settings, console: Console) -> None:
         checks = await check_backends(manager, starts=3)
         table = Table("backend", "available", "start p50 (ms)", "note", title="sandbox check")
         for c in checks:
-            table.add_row(c.name, "yes" if c.available else "no",
-                          f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-",
-                          c.reason)
+            table.add_row(
+                c.name,
+                "yes" if c.available else "no",
+                f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-",
+                c.reason,
+            )
         console.print(table)
         backend = settings.default_sandbox_backend
         sandbox = await manager.start(spec_for(backend))
         session = await ShellSession.open(sandbox)
-        console.print(f"\n[bold]a persistent shell in a {backend} sandbox[/bold] "
-                      f"(workspace {sandbox.guest_workspace}, network off)")
+        console.print(
+            f"\n[bold]a persistent shell in a {backend} sandbox[/bold] "
+            f"(workspace {sandbox.guest_workspace}, network off)"
+        )
         try:
             for command in _SESSION:
                 result = await session.run(command, timeout=2)
-                status = ("timed out, interrupted" if result.timed_out
-                          else f"exit {result.exit_code}")
-                console.print(Panel(result.output.rstrip() or "(no output)",
-                                    title=f"$ {command.splitlines()[0]}",
-                                    subtitle=f"{status} · {result.duration_s * 1000:.1f} ms",
-                                    title_align="left", subtitle_align="right"))
+                status = (
+                    "timed out, interrupted" if result.timed_out else f"exit {result.exit_code}"
+                )
+                console.print(
+                    Panel(
+                        result.output.rstrip() or "(no output)",
+                        title=f"$ {command.splitlines()[0]}",
+                        subtitle=f"{status} · {result.duration_s * 1000:.1f} ms",
+                        title_align="left",
+                        subtitle_align="right",
+                    )
+                )
         finally:
             await session.close()
             await manager.close(sandbox)

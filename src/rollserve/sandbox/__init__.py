@@ -7,7 +7,6 @@ from rollserve.sandbox.manager import SandboxManager, default_backends, spec_for
 
 __all__ = [
     "Availability",
-    "procfs",
     "Launcher",
     "Sandbox",
     "SandboxBackend",
@@ -15,5 +14,6 @@ __all__ = [
     "SandboxManager",
     "TtyProcess",
     "default_backends",
+    "procfs",
     "spec_for",
 ]

@@ -23,8 +23,11 @@ class ApptainerBackend:
         self.settings = settings
 
     def _binary(self) -> str | None:
-        names = ([self.settings.apptainer_binary] if self.settings.apptainer_binary
-                 else ["apptainer", "singularity"])
+        names = (
+            [self.settings.apptainer_binary]
+            if self.settings.apptainer_binary
+            else ["apptainer", "singularity"]
+        )
         for name in names:
             found = shutil.which(name)
             if found:
@@ -35,11 +38,13 @@ class ApptainerBackend:
         binary = self._binary()
         if binary is None:
             wanted = self.settings.apptainer_binary or "apptainer or singularity"
-            return Availability(False, f"{wanted} not found on PATH "
-                                       "(scripts/install-apptainer.sh installs one)")
+            return Availability(
+                False, f"{wanted} not found on PATH (scripts/install-apptainer.sh installs one)"
+            )
         try:
-            probe = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                                   timeout=30, check=False)
+            probe = subprocess.run(
+                [binary, "--version"], capture_output=True, text=True, timeout=30, check=False
+            )
         except subprocess.TimeoutExpired:
             return Availability(False, f"{binary} --version did not answer in 30 s")
         if probe.returncode != 0:
@@ -58,8 +63,9 @@ class ApptainerBackend:
             if path.is_dir() or (path.is_file() and path.suffix in (".sif", ".simg")):
                 return path.resolve()
         listed = " or ".join(str(p) for p in candidates)
-        raise ImageNotFoundError(f"apptainer image {image!r} not found (looked for {listed})",
-                                 image=image)
+        raise ImageNotFoundError(
+            f"apptainer image {image!r} not found (looked for {listed})", image=image
+        )
 
     def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
         assert isinstance(spec, ApptainerSpec)
@@ -67,9 +73,21 @@ class ApptainerBackend:
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)
         image = self.resolve_image(spec.image)
-        args = [binary, "--silent", "exec", "--containall", "--no-home", "--cleanenv",
-                "--writable-tmpfs", "--no-mount", "cwd",
-                "--bind", f"{workspace}:{GUEST_WORKSPACE}", "--pwd", GUEST_WORKSPACE]
+        args = [
+            binary,
+            "--silent",
+            "exec",
+            "--containall",
+            "--no-home",
+            "--cleanenv",
+            "--writable-tmpfs",
+            "--no-mount",
+            "cwd",
+            "--bind",
+            f"{workspace}:{GUEST_WORKSPACE}",
+            "--pwd",
+            GUEST_WORKSPACE,
+        ]
         if self.settings.apptainer_userns:
             args.append("--userns")
         if image.is_file():
@@ -80,6 +98,9 @@ class ApptainerBackend:
         for key, value in sandbox_env(spec.env, home="/root").items():
             args += ["--env", f"{key}={value}"]
         args.append(str(image))
-        return Launcher(prefix=args, env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
-                                                  "/usr/bin:/sbin:/bin"},
-                        workspace=GUEST_WORKSPACE, cwd=str(workspace))
+        return Launcher(
+            prefix=args,
+            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            workspace=GUEST_WORKSPACE,
+            cwd=str(workspace),
+        )

@@ -89,8 +89,13 @@ class Sandbox(Protocol):
         """The workspace directory as seen from the host."""
         ...
 
-    async def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
-                   stdin: bytes | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
         """Run one process to completion (a string runs under ``bash -c``)."""
         ...
 

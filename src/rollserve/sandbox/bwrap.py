@@ -34,13 +34,20 @@ class BwrapBackend:
     def availability(self) -> Availability:
         binary = self._binary()
         if binary is None:
-            return Availability(False, f"{self.settings.bwrap_binary!r} not found on PATH "
-                                       "(apt-get install bubblewrap)")
-        probe = subprocess.run([binary, "--unshare-all", "--ro-bind", "/", "/", "true"],
-                               capture_output=True, text=True, check=False)
+            return Availability(
+                False,
+                f"{self.settings.bwrap_binary!r} not found on PATH (apt-get install bubblewrap)",
+            )
+        probe = subprocess.run(
+            [binary, "--unshare-all", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if probe.returncode != 0:
-            return Availability(False, f"bwrap cannot create namespaces here: "
-                                       f"{probe.stderr.strip()}")
+            return Availability(
+                False, f"bwrap cannot create namespaces here: {probe.stderr.strip()}"
+            )
         return Availability(True)
 
     def _image_root(self, image: str) -> tuple[Path, tuple[str, ...] | None]:
@@ -49,10 +56,13 @@ class BwrapBackend:
         path = Path(image) if "/" in image else self.settings.image_dir / image
         if not path.is_dir():
             if path.suffix == ".sif" or path.with_suffix(".sif").exists():
-                raise InvalidInputError(f"bwrap needs a root-filesystem directory, not a SIF "
-                                        f"file: {image!r} (use the apptainer backend)")
-            raise ImageNotFoundError(f"bwrap image {image!r} not found: {path} is not a "
-                                     "directory", image=image)
+                raise InvalidInputError(
+                    f"bwrap needs a root-filesystem directory, not a SIF "
+                    f"file: {image!r} (use the apptainer backend)"
+                )
+            raise ImageNotFoundError(
+                f"bwrap image {image!r} not found: {path} is not a directory", image=image
+            )
         return path, None
 
     def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
@@ -61,8 +71,16 @@ class BwrapBackend:
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)
         root, only = self._image_root(spec.image)
-        args = [binary, "--die-with-parent", "--unshare-all", "--new-session",
-                "--cap-drop", "ALL", "--hostname", "sandbox"]
+        args = [
+            binary,
+            "--die-with-parent",
+            "--unshare-all",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+        ]
         if spec.network:
             args.append("--share-net")
         for entry in sorted(os.scandir(root), key=lambda e: e.name):
@@ -75,13 +93,36 @@ class BwrapBackend:
         if only is not None:
             for extra in self.settings.bwrap_host_binds:
                 args += ["--ro-bind-try", str(extra), str(extra)]
-        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run",
-                 "--tmpfs", "/root", "--bind", str(workspace), GUEST_WORKSPACE,
-                 "--chdir", GUEST_WORKSPACE, "--remount-ro", "/", "--clearenv"]
+        args += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/run",
+            "--tmpfs",
+            "/root",
+            "--bind",
+            str(workspace),
+            GUEST_WORKSPACE,
+            "--chdir",
+            GUEST_WORKSPACE,
+            "--remount-ro",
+            "/",
+            "--clearenv",
+        ]
         for key, value in sandbox_env(spec.env, home="/root").items():
             args += ["--setenv", key, value]
         args.append("--")
         # bwrap's --new-session leaves the sandbox without a controlling terminal; setsid -c
         # makes the sandbox's own PTY the controlling tty again, so Ctrl-C reaches commands.
-        return Launcher(prefix=args, tty_prefix=[*args, "setsid", "-w", "-c"], tty_inside=True,
-                        dies_with_parent=True, env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, workspace=GUEST_WORKSPACE)
+        return Launcher(
+            prefix=args,
+            tty_prefix=[*args, "setsid", "-w", "-c"],
+            tty_inside=True,
+            dies_with_parent=True,
+            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+            workspace=GUEST_WORKSPACE,
+        )

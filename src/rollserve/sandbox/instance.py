@@ -31,8 +31,16 @@ _READ_CHUNK = 65536
 class SandboxInstance:
     """A live sandbox: see :class:`rollserve.sandbox.base.Sandbox`."""
 
-    def __init__(self, *, record: state.SandboxRecord, launcher: Launcher, limits: SandboxLimits,
-                 workspace: Path, template: Path | None, cgroup: Cgroup | None) -> None:
+    def __init__(
+        self,
+        *,
+        record: state.SandboxRecord,
+        launcher: Launcher,
+        limits: SandboxLimits,
+        workspace: Path,
+        template: Path | None,
+        cgroup: Cgroup | None,
+    ) -> None:
         self.id = record.id
         self.backend = record.backend
         self.limits = limits
@@ -78,8 +86,9 @@ class SandboxInstance:
             raise SandboxClosedError(f"sandbox {self.id} is closed{why}", sandbox_id=self.id)
 
     def _expire(self) -> None:
-        log.warning("sandbox %s reached its wall-time limit of %ss", self.id,
-                    self.limits.wall_time_s)
+        log.warning(
+            "sandbox %s reached its wall-time limit of %ss", self.id, self.limits.wall_time_s
+        )
         self._close_reason = f"wall-time limit of {self.limits.wall_time_s}s reached"
         self._close_now()
 
@@ -88,8 +97,13 @@ class SandboxInstance:
         self._ticks[proc.pid] = self._record.add_process(proc.pid)
 
     def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
-        return confine(argv, self._cgroup, self._rlimits, take_tty=take_tty,
-                       set_pdeathsig=not self._launcher.dies_with_parent)
+        return confine(
+            argv,
+            self._cgroup,
+            self._rlimits,
+            take_tty=take_tty,
+            set_pdeathsig=not self._launcher.dies_with_parent,
+        )
 
     def _kill_process_tree(self, pid: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -113,32 +127,56 @@ class SandboxInstance:
 
     # -- processes -------------------------------------------------------------------------------
 
-    async def exec(self, command: str | Sequence[str], *, timeout: float | None = None,
-                   stdin: bytes | None = None, max_output_bytes: int | None = None) -> ExecResult:
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        stdin: bytes | None = None,
+        max_output_bytes: int | None = None,
+    ) -> ExecResult:
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         started = time.monotonic()
-        code, out, err = await self._run(argv, timeout=timeout, stdin=stdin,
-                                         limit=max_output_bytes or self.limits.max_output_bytes)
-        return ExecResult(exit_code=code, stdout=out.text(), stderr=err.text(),
-                          duration_s=time.monotonic() - started, timed_out=code is None)
+        code, out, err = await self._run(
+            argv,
+            timeout=timeout,
+            stdin=stdin,
+            limit=max_output_bytes or self.limits.max_output_bytes,
+        )
+        return ExecResult(
+            exit_code=code,
+            stdout=out.text(),
+            stderr=err.text(),
+            duration_s=time.monotonic() - started,
+            timed_out=code is None,
+        )
 
-    async def _run(self, argv: list[str], *, timeout: float | None, stdin: bytes | None,
-                   limit: int) -> tuple[int | None, HeadTail, HeadTail]:
+    async def _run(
+        self, argv: list[str], *, timeout: float | None, stdin: bytes | None, limit: int
+    ) -> tuple[int | None, HeadTail, HeadTail]:
         """Run to completion; the exit code is None after a timeout, 128+N for signal N."""
         self._check_open()
         _check_argv(argv)
         proc = await asyncio.create_subprocess_exec(
             *self._confine(self._launcher.argv(argv), take_tty=False),
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._launcher.env,
-            cwd=self._launcher.cwd, start_new_session=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=self._launcher.env,
+            cwd=self._launcher.cwd,
+            start_new_session=True,
+        )
         self._track(proc)
         out, err = HeadTail(limit), HeadTail(limit)
         timed_out = False
         try:
             async with asyncio.timeout(timeout):
-                await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err),
-                                     _feed(proc.stdin, stdin), proc.wait())
+                await asyncio.gather(
+                    _pump(proc.stdout, out),
+                    _pump(proc.stderr, err),
+                    _feed(proc.stdin, stdin),
+                    proc.wait(),
+                )
         except TimeoutError:
             timed_out = True
         finally:
@@ -169,9 +207,14 @@ class SandboxInstance:
             # fork for it, so the wrapper starts in ours and leaves it at once.
             popen = subprocess.Popen(
                 self._confine(self._launcher.argv(argv, tty=True), take_tty=take_tty),
-                stdin=slave, stdout=slave, stderr=slave,
-                env={**self._launcher.env, **(env or {})}, cwd=self._launcher.cwd,
-                start_new_session=not take_tty, close_fds=True)
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env={**self._launcher.env, **(env or {})},
+                cwd=self._launcher.cwd,
+                start_new_session=not take_tty,
+                close_fds=True,
+            )
         except BaseException:
             os.close(master)
             raise
@@ -217,8 +260,9 @@ class SandboxInstance:
             except OSError as exc:
                 raise SandboxPathError(f"cannot read {path}: {exc.strerror}", path=path) from exc
         size = (self.limits.max_file_size_mb or 1024) * 1024 * 1024
-        code, out, err = await self._run(["cat", "--", path], timeout=None, stdin=None,
-                                         limit=size * 2)
+        code, out, err = await self._run(
+            ["cat", "--", path], timeout=None, stdin=None, limit=size * 2
+        )
         if code != 0:
             raise SandboxPathError(f"cannot read {path}: {err.text().strip()}", path=path)
         return bytes(out.head + out.tail)
@@ -233,8 +277,9 @@ class SandboxInstance:
             except OSError as exc:
                 raise SandboxPathError(f"cannot write {path}: {exc.strerror}", path=path) from exc
         quoted = shlex.quote(path)
-        result = await self.exec(f"mkdir -p -- \"$(dirname -- {quoted})\" && cat > {quoted}",
-                                 stdin=data)
+        result = await self.exec(
+            f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}', stdin=data
+        )
         if result.exit_code != 0:
             raise SandboxPathError(f"cannot write {path}: {result.stderr.strip()}", path=path)
 
@@ -243,16 +288,19 @@ class SandboxInstance:
         if (self._workspace / ".git").exists():
             # A throw-away index, so the agent's own staging is left as it was; inside the
             # sandbox, because a repository's config may run programs.
-            script = ('idx=$(mktemp) && cp .git/index "$idx" 2>/dev/null; '
-                      'GIT_INDEX_FILE="$idx" git add -A && '
-                      'GIT_INDEX_FILE="$idx" git diff --cached --binary; rc=$?; rm -f "$idx"; '
-                      'exit $rc')
+            script = (
+                'idx=$(mktemp) && cp .git/index "$idx" 2>/dev/null; '
+                'GIT_INDEX_FILE="$idx" git add -A && '
+                'GIT_INDEX_FILE="$idx" git diff --cached --binary; rc=$?; rm -f "$idx"; '
+                "exit $rc"
+            )
             result = await self.exec(script, max_output_bytes=256 * 1024 * 1024)
             if result.exit_code != 0:
                 raise SandboxPathError(f"git diff failed: {result.stderr.strip()}")
             return result.stdout
-        return await asyncio.to_thread(_tree_diff, self._template, self._workspace,
-                                       self._record.path)
+        return await asyncio.to_thread(
+            _tree_diff, self._template, self._workspace, self._record.path
+        )
 
     # -- teardown --------------------------------------------------------------------------------
 
@@ -327,8 +375,9 @@ def _tree_diff(template: Path | None, workspace: Path, scratch: Path) -> str:
         if link.is_symlink():
             link.unlink()
         link.symlink_to(target.resolve())
-    proc = subprocess.run(["diff", "-ruN", "--no-dereference", "a/", "b/"], cwd=base,
-                          capture_output=True, check=False)
+    proc = subprocess.run(
+        ["diff", "-ruN", "--no-dereference", "a/", "b/"], cwd=base, capture_output=True, check=False
+    )
     if proc.returncode > 1:
         raise SandboxPathError(f"diff failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc.stdout.decode("utf-8", errors="replace")

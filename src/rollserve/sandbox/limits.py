@@ -162,8 +162,14 @@ def rlimits_for(limits: SandboxLimits, cgroup: Cgroup | None) -> list[tuple[int,
     return out
 
 
-def confine(argv: list[str], cgroup: Cgroup | None, rlimits: list[tuple[int, int]], *,
-            set_pdeathsig: bool, take_tty: bool) -> list[str]:
+def confine(
+    argv: list[str],
+    cgroup: Cgroup | None,
+    rlimits: list[tuple[int, int]],
+    *,
+    set_pdeathsig: bool,
+    take_tty: bool,
+) -> list[str]:
     """``argv`` wrapped so that, before it runs, the process dies with rollserve
     (PR_SET_PDEATHSIG), has the rlimits, joins the cgroup and, for a terminal process, makes
     its terminal the controlling tty (``setsid -c``; spawn it *without* a new session then).

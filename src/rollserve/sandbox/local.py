@@ -12,8 +12,10 @@ from rollserve.settings import Settings
 
 log = logging.getLogger(__name__)
 
-WARNING = ("the 'local' sandbox backend has NO isolation: commands run as this user on the "
-           "host, with its network and files; use it for development only")
+WARNING = (
+    "the 'local' sandbox backend has NO isolation: commands run as this user on the "
+    "host, with its network and files; use it for development only"
+)
 
 
 class LocalBackend:
@@ -32,5 +34,9 @@ class LocalBackend:
         log.warning(WARNING)
         home = workspace.parent / "home"
         home.mkdir(exist_ok=True)
-        return Launcher(prefix=[], env=sandbox_env(spec.env, home=str(home)),
-                        workspace=str(workspace), cwd=str(workspace))
+        return Launcher(
+            prefix=[],
+            env=sandbox_env(spec.env, home=str(home)),
+            workspace=str(workspace),
+            cwd=str(workspace),
+        )

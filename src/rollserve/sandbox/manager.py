@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +30,10 @@ from rollserve.settings import Settings
 log = logging.getLogger(__name__)
 
 _SPEC_TYPES: dict[str, type[BwrapSpec | ApptainerSpec | LocalSpec]] = {
-    "bwrap": BwrapSpec, "apptainer": ApptainerSpec, "local": LocalSpec}
+    "bwrap": BwrapSpec,
+    "apptainer": ApptainerSpec,
+    "local": LocalSpec,
+}
 
 
 def default_backends(settings: Settings) -> Registry[SandboxBackend]:
@@ -66,8 +70,12 @@ class SandboxManager:
         await asyncio.to_thread(self.reap)
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.close_all()
 
     def reap(self) -> list[str]:
@@ -86,8 +94,10 @@ class SandboxManager:
         backend = self.backends.get(spec.backend)
         available = await asyncio.to_thread(self.availability, spec.backend)
         if not available.available:
-            raise BackendUnavailableError(f"sandbox backend {spec.backend!r} is unavailable: "
-                                          f"{available.reason}", backend=spec.backend)
+            raise BackendUnavailableError(
+                f"sandbox backend {spec.backend!r} is unavailable: {available.reason}",
+                backend=spec.backend,
+            )
         template = _check_template(spec.template)
         sandbox_id = f"{spec.backend}-{secrets.token_hex(6)}"
         record = state.SandboxRecord.create(self.settings.state_dir, sandbox_id, spec.backend)
@@ -100,8 +110,14 @@ class SandboxManager:
                 record.cgroup_dirs = [str(d) for d in cgroup.dirs]
                 record.cgroup_version = cgroup.version
                 record.save()
-            sandbox = SandboxInstance(record=record, launcher=launcher, limits=spec.limits,
-                                      workspace=workspace, template=template, cgroup=cgroup)
+            sandbox = SandboxInstance(
+                record=record,
+                launcher=launcher,
+                limits=spec.limits,
+                workspace=workspace,
+                template=template,
+                cgroup=cgroup,
+            )
         except BaseException:
             state.destroy(record)
             raise
@@ -126,23 +142,31 @@ def _check_template(template: Path | None) -> Path | None:
     if template is None:
         return None
     if not template.exists():
-        raise TemplateNotFoundError(f"workspace template {template} does not exist",
-                                    template=str(template))
+        raise TemplateNotFoundError(
+            f"workspace template {template} does not exist", template=str(template)
+        )
     if not template.is_dir():
-        raise InvalidInputError(f"workspace template {template} is not a directory",
-                                template=str(template))
+        raise InvalidInputError(
+            f"workspace template {template} is not a directory", template=str(template)
+        )
     return template.resolve()
 
 
 async def _lay_out(template: Path | None, workspace: Path) -> None:
     """The private writable workspace: a copy of the template (reflinked where the filesystem
     can), or an empty directory."""
-    workspace.mkdir()
+    os.mkdir(workspace)
     if template is None:
         return
     proc = await asyncio.create_subprocess_exec(
-        "cp", "-a", "--reflink=auto", f"{template}/.", str(workspace),
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        "cp",
+        "-a",
+        "--reflink=auto",
+        f"{template}/.",
+        str(workspace),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
     _, err = await proc.communicate()
     if proc.returncode != 0:
         raise SandboxStartError(f"copying template {template} failed: {err.decode().strip()}")

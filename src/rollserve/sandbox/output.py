@@ -52,8 +52,10 @@ class HeadTail:
         tail = self.tail.decode("utf-8", errors="replace")
         if clean:
             head, tail = clean_terminal(head), clean_terminal(tail)
-        note = (f"\n[... output truncated by rollserve: {self.dropped_bytes} bytes "
-                f"({self.dropped_lines} lines) omitted ...]\n")
+        note = (
+            f"\n[... output truncated by rollserve: {self.dropped_bytes} bytes "
+            f"({self.dropped_lines} lines) omitted ...]\n"
+        )
         return head + note + tail
 
 

@@ -37,9 +37,15 @@ def stat(pid: int) -> ProcStat | None:
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name is in parentheses and may itself contain spaces or parentheses.
-    rest = raw[raw.rindex(")") + 2:].split()
-    return ProcStat(pid=pid, ppid=int(rest[1]), pgrp=int(rest[2]), session=int(rest[3]),
-                    start_ticks=int(rest[19]), state=rest[0])
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return ProcStat(
+        pid=pid,
+        ppid=int(rest[1]),
+        pgrp=int(rest[2]),
+        session=int(rest[3]),
+        start_ticks=int(rest[19]),
+        state=rest[0],
+    )
 
 
 def start_ticks(pid: int) -> int | None:
@@ -91,8 +97,7 @@ def family(roots: dict[int, int]) -> list[ProcStat]:
         children.setdefault(st.ppid, []).append(st)
     found: dict[int, ProcStat] = {}
     stack = [st for st in stats if roots.get(st.pid) == st.start_ticks]
-    stack += [st for st in stats
-              if st.session in roots and st.start_ticks >= roots[st.session]]
+    stack += [st for st in stats if st.session in roots and st.start_ticks >= roots[st.session]]
     while stack:
         st = stack.pop()
         if st.pid in found or st.state in ("Z", "X"):

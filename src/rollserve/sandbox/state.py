@@ -50,8 +50,13 @@ class SandboxRecord:
         path = state_dir / sandbox_id
         path.mkdir(parents=True)
         me = os.getpid()
-        record = cls(id=sandbox_id, backend=backend, dir=str(path), owner_pid=me,
-                     owner_ticks=procfs.start_ticks(me) or 0)
+        record = cls(
+            id=sandbox_id,
+            backend=backend,
+            dir=str(path),
+            owner_pid=me,
+            owner_ticks=procfs.start_ticks(me) or 0,
+        )
         record.save()
         return record
 
@@ -111,8 +116,9 @@ def unmount_under(path: Path) -> None:
     except OSError:
         return
     targets = [ln.split()[4] for ln in lines]
-    for target in sorted((t for t in targets if t == prefix or t.startswith(prefix + "/")),
-                         key=len, reverse=True):
+    for target in sorted(
+        (t for t in targets if t == prefix or t.startswith(prefix + "/")), key=len, reverse=True
+    ):
         subprocess.run(["umount", "-l", target], check=False, capture_output=True)
 
 

@@ -19,13 +19,15 @@ class SandboxLimits(_Model):
     memory_mb: int | None = Field(4096, gt=0, description="memory of all its processes together")
     max_processes: int | None = Field(1024, gt=0, description="tasks (processes + threads)")
     max_file_size_mb: int | None = Field(1024, gt=0, description="largest file a process may write")
-    max_output_bytes: int = Field(100_000, ge=1024,
-                                  description="command output kept (head + tail) per command")
+    max_output_bytes: int = Field(
+        100_000, ge=1024, description="command output kept (head + tail) per command"
+    )
 
 
 class _SpecBase(_Model):
     template: Path | None = Field(
-        None, description="directory copied into the sandbox's private workspace")
+        None, description="directory copied into the sandbox's private workspace"
+    )
     network: bool = Field(False, description="network access; off unless asked")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     limits: SandboxLimits = Field(default_factory=SandboxLimits)

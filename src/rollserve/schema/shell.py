@@ -12,10 +12,12 @@ class CommandResult(BaseModel):
 
     output: str = Field(description="stdout and stderr interleaved, ANSI escapes stripped")
     exit_code: int | None = Field(
-        description="None while waiting for input or after a timeout interrupted the command")
+        description="None while waiting for input or after a timeout interrupted the command"
+    )
     duration_s: float
     timed_out: bool = False
     truncated: bool = False
     waiting_for_input: bool = Field(
-        False, description="the command is blocked reading the terminal; send input or interrupt")
+        False, description="the command is blocked reading the terminal; send input or interrupt"
+    )
     dropped_bytes: int = Field(0, description="bytes cut from the middle of a huge output")

@@ -13,14 +13,14 @@ import secrets
 
 MARKER = re.compile(rb"\x1eRS([0-9a-f]{12}):(\d+)\x1e\n?")
 _MAX_MARKER = 32
-_CHUNK = 1024  # command bytes per typed line; escaped, a line stays under the 4095-byte limit
+_CHUNK = 512  # bytes per typed line: escaped (4 chars a byte at worst) it stays under 4095
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("'")}
 
 # Typed once at start: no prompts, no history, job control on (so a command runs in its own
 # process group and Ctrl-C reaches it), and a helper that restores $? before each command.
 INIT = (
     "set +H +o history -m; PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; "
-    "__rs_rc() { return \"$1\"; }; __rs_ec=0; cd {workspace} 2>/dev/null; "
+    '__rs_rc() { return "$1"; }; __rs_ec=0; cd {workspace} 2>/dev/null; '
 )
 
 
@@ -53,7 +53,7 @@ def marker_command(nonce: str) -> str:
 def command_lines(command: str, nonce: str) -> bytes:
     """The lines that run ``command`` and then print the marker for ``nonce``."""
     data = command.encode("utf-8", errors="surrogateescape")
-    chunks = [data[i:i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
+    chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
     lines = [f"__rs_c={quote(chunks[0])}"]
     lines += [f"__rs_c+={quote(chunk)}" for chunk in chunks[1:]]
     lines.append(f'__rs_rc "$__rs_ec"; eval "$__rs_c"; __rs_ec=$?; {marker_command(nonce)}')
@@ -66,8 +66,9 @@ def sync_line(nonce: str) -> bytes:
 
 
 def init_line(workspace: str, nonce: str) -> bytes:
-    return (INIT.replace("{workspace}", _shell_word(workspace)) + marker_command(nonce)
-            + "\n").encode("ascii")
+    return (
+        INIT.replace("{workspace}", _shell_word(workspace)) + marker_command(nonce) + "\n"
+    ).encode("ascii")
 
 
 def safe_length(buf: bytes | bytearray) -> int:

@@ -41,8 +41,15 @@ class ShellSession:
     ``send_input`` answers.
     """
 
-    def __init__(self, sandbox: Sandbox, tty: TtyProcess, *, workspace: str,
-                 input_idle_s: float, max_output_bytes: int) -> None:
+    def __init__(
+        self,
+        sandbox: Sandbox,
+        tty: TtyProcess,
+        *,
+        workspace: str,
+        input_idle_s: float,
+        max_output_bytes: int,
+    ) -> None:
         self.sandbox = sandbox
         self._tty = tty
         self._workspace = workspace
@@ -63,14 +70,25 @@ class ShellSession:
         asyncio.get_running_loop().add_reader(tty.master_fd, self._on_readable)
 
     @classmethod
-    async def open(cls, sandbox: Sandbox, *, startup_timeout: float = 60.0,
-                   input_idle_s: float = 2.0, max_output_bytes: int | None = None,
-                   env: dict[str, str] | None = None) -> ShellSession:
+    async def open(
+        cls,
+        sandbox: Sandbox,
+        *,
+        startup_timeout: float = 60.0,
+        input_idle_s: float = 2.0,
+        max_output_bytes: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> ShellSession:
         """Start bash in ``sandbox`` and wait until it answers its first command."""
         tty = sandbox.spawn_tty(_BASH, env)
         fcntl.ioctl(tty.master_fd, termios.TIOCSWINSZ, _WINSIZE)
-        session = cls(sandbox, tty, workspace=sandbox.guest_workspace, input_idle_s=input_idle_s,
-                      max_output_bytes=max_output_bytes or sandbox.limits.max_output_bytes)
+        session = cls(
+            sandbox,
+            tty,
+            workspace=sandbox.guest_workspace,
+            input_idle_s=input_idle_s,
+            max_output_bytes=max_output_bytes or sandbox.limits.max_output_bytes,
+        )
         try:
             await session._start(startup_timeout)
         except BaseException:
@@ -87,15 +105,17 @@ class ShellSession:
             if self._eof or self._tty.popen.poll() is not None:
                 raise SandboxStartError(f"the shell exited at start: {self._early_output()}")
             if time.monotonic() > deadline:
-                raise SandboxStartError(f"the shell did not answer within {timeout}s: "
-                                        f"{self._early_output()}")
+                raise SandboxStartError(
+                    f"the shell did not answer within {timeout}s: {self._early_output()}"
+                )
             await self._wait_data(_TICK_S)
         self._shell_pgrp = os.tcgetpgrp(self._tty.master_fd)
         self._end()
 
     def _early_output(self) -> str:
         text = (self._out.text(clean=True) if self._out else "") + self._raw.decode(
-            errors="replace")
+            errors="replace"
+        )
         return text.strip()[-500:] or "(no output)"
 
     # -- public API ------------------------------------------------------------------------------
@@ -176,8 +196,8 @@ class ShellSession:
         raw = bytes(self._raw) + chunk
         self._raw.clear()
         while (m := protocol.MARKER.search(raw)) is not None:
-            self._emit(raw[:m.start()])
-            raw = raw[m.end():]
+            self._emit(raw[: m.start()])
+            raw = raw[m.end() :]
             if m.group(1).decode() == self._nonce:
                 self._status = int(m.group(2))
                 self._nonce = None
@@ -225,8 +245,7 @@ class ShellSession:
     def _raise_dead(self) -> None:
         if self.sandbox.closed:
             why = f": {self.sandbox.close_reason}" if self.sandbox.close_reason else ""
-            raise SandboxClosedError(f"sandbox {self.sandbox.id} was closed under the "
-                                     f"command{why}")
+            raise SandboxClosedError(f"sandbox {self.sandbox.id} was closed under the command{why}")
         code = self._tty.popen.poll()
         if code is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -262,13 +281,19 @@ class ShellSession:
             return False
         return procfs.reading_terminal(procfs.group_members(fg), self._tty.tty_rdev)
 
-    def _result(self, *, exit_code: int | None, timed_out: bool = False,
-                waiting: bool = False) -> CommandResult:
+    def _result(
+        self, *, exit_code: int | None, timed_out: bool = False, waiting: bool = False
+    ) -> CommandResult:
         out = self._out or HeadTail(self._max_output)
         result = CommandResult(
-            output=out.text(clean=True), exit_code=exit_code,
-            duration_s=time.monotonic() - self._started, timed_out=timed_out,
-            truncated=out.truncated, waiting_for_input=waiting, dropped_bytes=out.dropped_bytes)
+            output=out.text(clean=True),
+            exit_code=exit_code,
+            duration_s=time.monotonic() - self._started,
+            timed_out=timed_out,
+            truncated=out.truncated,
+            waiting_for_input=waiting,
+            dropped_bytes=out.dropped_bytes,
+        )
         if not waiting:
             self._end()
         else:

@@ -1,0 +1,65 @@
+"""The state directory: records of live sandboxes and the reaper of dead owners' leftovers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from rollserve.sandbox import procfs, state
+
+
+def _dead_owner() -> tuple[int, int]:
+    proc = subprocess.Popen(["true"])
+    ticks = procfs.start_ticks(proc.pid) or 1
+    proc.wait()
+    return proc.pid, ticks
+
+
+def test_reap_destroys_records_of_dead_owners(tmp_path: Path) -> None:
+    record = state.SandboxRecord.create(tmp_path, "dead-1", "local")
+    record.owner_pid, record.owner_ticks = _dead_owner()
+    record.save()
+    victim = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    record.add_process(victim.pid)
+    (record.path / "workspace" / "sub").mkdir(parents=True)
+    (record.path / "workspace" / "sub").chmod(0o500)  # read-only dirs are removed too
+
+    assert state.reap(tmp_path) == ["dead-1"]
+    assert victim.wait(timeout=5) == -9
+    assert not record.path.exists()
+
+
+def test_reap_keeps_records_of_live_owners(tmp_path: Path) -> None:
+    record = state.SandboxRecord.create(tmp_path, "mine-1", "local")
+    assert record.owner_pid == os.getpid()
+    assert state.reap(tmp_path) == []
+    assert record.path.exists()
+
+
+def test_reap_never_kills_a_reused_pid(tmp_path: Path) -> None:
+    record = state.SandboxRecord.create(tmp_path, "dead-2", "local")
+    record.owner_pid, record.owner_ticks = _dead_owner()
+    record.save()
+    bystander = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    # A record naming the bystander's PID with another start time: not the same process.
+    with open(record.path / "procs", "a") as fh:
+        fh.write(f"{bystander.pid} {(procfs.start_ticks(bystander.pid) or 0) + 1}\n")
+    try:
+        assert state.reap(tmp_path) == ["dead-2"]
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_directory_without_record_is_removed_after_grace(tmp_path: Path) -> None:
+    young = tmp_path / "young"
+    old = tmp_path / "old"
+    young.mkdir()
+    old.mkdir()
+    past = time.time() - 3600
+    os.utime(old, (past, past))
+    assert state.reap(tmp_path) == ["old"]
+    assert young.exists() and not old.exists()
