@@ -6,7 +6,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-
 ShellMethod = Literal["pty", "tmux", "bash_c"]
 
 
