@@ -1,0 +1,53 @@
+"""The command line, run as a user runs it: the installed console script."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROLLSERVE = shutil.which("rollserve") or str(Path(__file__).parents[2] / ".venv/bin/rollserve")
+
+
+def _run(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROLLSERVE, *args, "--data-dir", str(data_dir)], capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def test_sandbox_check_json(tmp_path: Path) -> None:
+    proc = _run("sandbox", "check", "--json", "--starts", "3", data_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    by_name = {b["name"]: b for b in report["backends"]}
+    assert set(by_name) == {"bwrap", "apptainer", "local"}
+    for entry in by_name.values():
+        assert set(entry) >= {"name", "available", "reason", "start_p50_ms"}
+        if entry["available"]:
+            assert entry["start_p50_ms"] > 0
+        else:
+            assert entry["reason"]
+    assert by_name["local"]["available"]
+    assert list((tmp_path / "sandboxes").iterdir()) == []
+
+
+def test_bench_shell_json(tmp_path: Path) -> None:
+    proc = _run("bench", "shell", "--json", "--n", "20", "--backend", "local",
+                data_dir=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout)["results"]
+    methods = {r["method"] for r in results}
+    assert methods == {"pty", "tmux", "bash_c"} if shutil.which("tmux") else {"pty", "bash_c"}
+    for r in results:
+        assert r["backend"] == "local"
+        assert 0 < r["p50_ms"] <= r["p99_ms"]
+        assert r["n"] >= 10
+
+
+@pytest.mark.parametrize("args", [["sandbox", "nope"], ["bench", "shell", "--n", "1"]])
+def test_bad_arguments_are_refused(args: list[str], tmp_path: Path) -> None:
+    proc = _run(*args, data_dir=tmp_path)
+    assert proc.returncode == 2
+    assert "Usage" in proc.stderr or "Error" in proc.stderr
