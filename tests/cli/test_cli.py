@@ -13,8 +13,13 @@ ROLLSERVE = shutil.which("rollserve") or str(Path(__file__).parents[2] / ".venv/
 
 
 def _run(*args: str, data_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([ROLLSERVE, *args, "--data-dir", str(data_dir)], capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [ROLLSERVE, *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_sandbox_check_json(tmp_path: Path) -> None:
@@ -34,8 +39,7 @@ def test_sandbox_check_json(tmp_path: Path) -> None:
 
 
 def test_bench_shell_json(tmp_path: Path) -> None:
-    proc = _run("bench", "shell", "--json", "--n", "20", "--backend", "local",
-                data_dir=tmp_path)
+    proc = _run("bench", "shell", "--json", "--n", "20", "--backend", "local", data_dir=tmp_path)
     assert proc.returncode == 0, proc.stderr
     results = json.loads(proc.stdout)["results"]
     methods = {r["method"] for r in results}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rollserve.errors import SandboxClosedError, SandboxDiedError
+from rollserve.errors import SandboxClosedError, SandboxDiedError, ShellExitedError
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.settings import Settings
 from rollserve.shell import ShellSession
@@ -122,8 +122,6 @@ async def test_sandbox_dying_mid_command_is_an_infrastructure_error(
 
 
 async def test_exit_is_not_an_infrastructure_error(shell: ShellSession) -> None:
-    from rollserve.errors import ShellExitedError
-
     with pytest.raises(ShellExitedError):
         await shell.run("exit 3")
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from rollserve.errors import InvalidCommandError
+from rollserve.errors import InvalidCommandError, ShellExitedError
 from rollserve.shell import ShellSession
 
 
@@ -164,3 +166,14 @@ async def test_program_waiting_for_input_can_be_interrupted(shell: ShellSession)
 async def test_nul_byte_is_rejected(shell: ShellSession) -> None:
     with pytest.raises(InvalidCommandError, match="NUL"):
         await shell.run("echo a\x00b")
+
+
+async def test_cancelled_command_closes_the_session(shell: ShellSession) -> None:
+    task = asyncio.create_task(shell.run("sleep 1000", timeout=None))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not shell.alive
+    with pytest.raises(ShellExitedError, match="closed"):
+        await shell.run("echo hi")

@@ -141,7 +141,7 @@ class ShellSession:
             self._begin(nonce)
             self._fix_echo()
             await self._write(protocol.command_lines(command, nonce))
-            return await self._collect(timeout)
+            return await self._collect_or_abandon(timeout)
 
     async def send_input(self, text: str, *, timeout: float | None = 120.0) -> CommandResult:
         """Type ``text`` to the command waiting for input (include the newline)."""
@@ -152,7 +152,7 @@ class ShellSession:
             self._out = HeadTail(self._max_output)
             self._started = self._last_data = time.monotonic()
             await self._write(text.encode())
-            return await self._collect(timeout)
+            return await self._collect_or_abandon(timeout)
 
     async def interrupt(self) -> CommandResult:
         """Interrupt the pending command (one that returned waiting for input)."""
@@ -253,6 +253,15 @@ class ShellSession:
         if code is not None and 0 <= code < 128:
             raise ShellExitedError(f"the shell exited with status {code}", exit_code=code)
         raise SandboxDiedError(f"the sandbox's shell died (status {code})", status=code)
+
+    async def _collect_or_abandon(self, timeout: float | None) -> CommandResult:
+        try:
+            return await self._collect(timeout)
+        except asyncio.CancelledError:
+            # The caller gave up on the command mid-way: its state is unknown, so the shell
+            # and all it started are killed rather than left running unseen.
+            await self.close()
+            raise
 
     async def _collect(self, timeout: float | None) -> CommandResult:
         deadline = None if timeout is None else self._started + timeout
