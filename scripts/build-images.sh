@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build rollserve's base test image, idempotently:
-#   $PREFIX/images/base      Debian 12 minbase root filesystem (git, patch, tmux, python3, procps,
-#                            ca-certificates): an Apptainer sandbox directory, also usable as a
+#   $PREFIX/images/base      Debian 12 minbase root filesystem (git, patch, tmux, less, python3,
+#                            procps, ca-certificates): an Apptainer sandbox directory, also usable as a
 #                            bubblewrap root filesystem
 #   $PREFIX/images/base.sif  the same as a SIF file (`apptainer build` from the directory)
 # Each is skipped when it exists with its stamp ($PREFIX/images/.base.ok, .base.sif.ok); a
@@ -15,16 +15,18 @@ set -euo pipefail
 PREFIX=${ROLLSERVE_TOOLS_DIR:-/opt/rollserve}
 IMAGES=$PREFIX/images
 SUITE=${ROLLSERVE_IMAGE_SUITE:-bookworm}
-PACKAGES=git,patch,tmux,python3,procps,ca-certificates
+PACKAGES=git,patch,tmux,less,python3,procps,ca-certificates
 DIR=$IMAGES/base
 SIF=$IMAGES/base.sif
 DIR_STAMP=$IMAGES/.base.ok
 SIF_STAMP=$IMAGES/.base.sif.ok
 
-log() { printf 'build-images: %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_NAME=build-images
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
-dir_ok() { [[ -f $DIR_STAMP && -x $DIR/usr/bin/python3 && -x $DIR/bin/bash ]]; }
+# The stamp holds what the image was built from: a changed package list rebuilds it.
+dir_ok() { [[ -f $DIR_STAMP && $(cat "$DIR_STAMP") == "$SUITE $PACKAGES" && -x $DIR/bin/bash ]]; }
 sif_ok() { [[ -f $SIF_STAMP && -s $SIF && ! $SIF -nt $SIF_STAMP ]]; }
 
 if dir_ok && { [[ ${ROLLSERVE_SKIP_SIF:-0} == 1 ]] || sif_ok; }; then
@@ -36,35 +38,7 @@ fi
 command -v debootstrap >/dev/null || die "debootstrap missing (apt-get install debootstrap)"
 T0=$SECONDS
 
-# The Debian mirror the host already uses (one-line .list and deb822 .sources formats).
-detect_mirror() {
-    if [[ -n ${ROLLSERVE_APT_MIRROR:-} ]]; then echo "${ROLLSERVE_APT_MIRROR%/}"; return; fi
-    local files=() f uri
-    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
-    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-        [[ -f $f ]] && files+=("$f")
-    done
-    ((${#files[@]})) || { echo http://deb.debian.org/debian; return; }
-    while read -r uri; do
-        uri=${uri%/}
-        if [[ $uri =~ ^(https?|file):// && $uri == */debian ]]; then echo "$uri"; return; fi
-    done < <(awk '
-        /^[[:space:]]*#/ { next }
-        /^[[:space:]]*deb[[:space:]]/ {
-            sub(/^[[:space:]]*deb[[:space:]]+/, ""); sub(/^\[[^]]*\][[:space:]]*/, "")
-            print $1; next }
-        /^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "${files[@]}")
-    log "no Debian mirror found in the host apt sources; using http://deb.debian.org/debian"
-    echo http://deb.debian.org/debian
-}
 
-# Refuse to delete a directory that still has something mounted below it.
-safe_rm() {
-    if awk -v d="$1" '$5 == d || index($5, d "/") == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
-        die "$1 has mounts below it (see /proc/self/mountinfo); unmount them, then rerun"
-    fi
-    rm -rf --one-file-system "$1"
-}
 
 mkdir -p "$IMAGES"
 exec 9>"$IMAGES/.build.lock"
@@ -87,7 +61,7 @@ if ! dir_ok; then
     # mount points apptainer binds by default / rollserve uses
     mkdir -p "$DIR/workspace"
     [[ -x $DIR/usr/bin/python3 && -x $DIR/bin/bash ]] || die "debootstrap finished but $DIR lacks python3 or bash"
-    touch "$DIR_STAMP"
+    echo "$SUITE $PACKAGES" >"$DIR_STAMP"
     log "directory image done in $((SECONDS - t)) s ($(du -sh "$DIR" | cut -f1))"
 fi
 

@@ -28,8 +28,9 @@ SIDROOT=$PREFIX/sid-root
 # /opt comes first so that its recursive bind does not copy the other binds made into the sid root.
 FIXED_BINDS="/opt /tmp /var/tmp /root /home /work /srv /mnt /media /data"
 
-log() { printf 'install-apptainer: %s\n' "$*" >&2; }
-die() { log "ERROR: $*"; exit 1; }
+LOG_NAME=install-apptainer
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
 
 # ---- fast path -------------------------------------------------------------------------------
 if [[ ${ROLLSERVE_FORCE_INSTALL:-0} != 1 ]]; then
@@ -46,28 +47,6 @@ fi
 [[ $(id -u) == 0 ]] || die "apptainer is not working and installing it needs root (debootstrap); rerun as root"
 T0=$SECONDS
 
-# The Debian mirror the host already uses (one-line .list and deb822 .sources formats).
-detect_mirror() {
-    if [[ -n ${ROLLSERVE_APT_MIRROR:-} ]]; then echo "${ROLLSERVE_APT_MIRROR%/}"; return; fi
-    local files=() f uri
-    [[ -f /etc/apt/sources.list ]] && files+=(/etc/apt/sources.list)
-    for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-        [[ -f $f ]] && files+=("$f")
-    done
-    ((${#files[@]})) || { echo http://deb.debian.org/debian; return; }
-    while read -r uri; do
-        uri=${uri%/}
-        # the main archive: .../debian (not debian-security, not third-party repositories)
-        if [[ $uri =~ ^(https?|file):// && $uri == */debian ]]; then echo "$uri"; return; fi
-    done < <(awk '
-        /^[[:space:]]*#/ { next }
-        /^[[:space:]]*deb[[:space:]]/ {          # one-line: deb [opts] URI suite comps
-            sub(/^[[:space:]]*deb[[:space:]]+/, ""); sub(/^\[[^]]*\][[:space:]]*/, "")
-            print $1; next }
-        /^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "${files[@]}")
-    log "no Debian mirror found in the host apt sources; using http://deb.debian.org/debian"
-    echo http://deb.debian.org/debian
-}
 
 need() { command -v "$1" >/dev/null 2>&1; }
 if ! need debootstrap; then
@@ -84,13 +63,6 @@ flock 9   # serialise concurrent installs (e.g. parallel `make test`)
 MIRROR=$(detect_mirror)
 log "mirror: $MIRROR; sid root: $SIDROOT; wrapper: $BINDIR/apptainer"
 
-# Refuse to delete a directory that still has something mounted below it.
-safe_rm() {
-    if awk -v d="$1" '$5 == d || index($5, d "/") == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; then
-        die "$1 has mounts below it (see /proc/self/mountinfo); unmount them, then rerun"
-    fi
-    rm -rf --one-file-system "$1"
-}
 
 # Run a command chrooted into the sid root, inside a throwaway private mount namespace so that no
 # mount (/proc, /dev, ...) can outlive it on the host.

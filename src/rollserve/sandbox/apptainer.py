@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -90,17 +91,25 @@ class ApptainerBackend:
         ]
         if self.settings.apptainer_userns:
             args.append("--userns")
-        if image.is_file():
-            # /dev/fuse is root-only on many hosts: extract the SIF instead of mounting it.
+        if image.is_file() and not os.access("/dev/fuse", os.R_OK | os.W_OK):
+            # Without FUSE (root-only on many hosts) a SIF must be extracted, every start
+            # (seconds): prefer sandbox directories for rollouts where FUSE is missing.
             args.append("--unsquash")
         if not spec.network:
             args += ["--net", "--network", "none"]
         for key, value in sandbox_env(spec.env, home="/root").items():
             args += ["--env", f"{key}={value}"]
         args.append(str(image))
+        # Apptainer's scratch (an extracted SIF) goes under the sandbox's own directory, so
+        # that it is removed with the sandbox even when apptainer is killed mid-way.
+        scratch = workspace.parent / "apptainer-tmp"
+        scratch.mkdir(exist_ok=True)
         return Launcher(
             prefix=args,
-            env={"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            env={
+                "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "APPTAINER_TMPDIR": str(scratch),
+            },
             workspace=GUEST_WORKSPACE,
             cwd=str(workspace),
         )

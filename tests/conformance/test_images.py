@@ -1,0 +1,55 @@
+"""Images: a root-filesystem directory for bwrap, a SIF file and a directory for Apptainer."""
+
+from __future__ import annotations
+
+import pytest
+
+from rollserve.sandbox import SandboxManager, spec_for
+from rollserve.sandbox.apptainer import ApptainerBackend
+from rollserve.shell import ShellSession
+from tests.conformance.conftest import require
+from tests.leaks import sandbox_processes
+
+
+def _base_image(manager: SandboxManager, suffix: str = "") -> str:
+    path = manager.settings.image_dir / f"base{suffix}"
+    if not path.exists():
+        message = f"base image {path} missing: run scripts/build-images.sh"
+        if manager.settings.ci:
+            pytest.fail(message)
+        pytest.skip(message)
+    return str(path)
+
+
+async def _image_facts(manager: SandboxManager, backend: str, image: str) -> str:
+    box = await manager.start(spec_for(backend, image=image))
+    session = await ShellSession.open(box)
+    result = await session.run(
+        "cat /etc/debian_version; command -v git patch tmux python3 | wc -l; pwd"
+    )
+    procs = sandbox_processes(box)
+    await manager.close(box)
+    assert not [p for p in procs if p.alive()]
+    return result.output
+
+
+async def test_bwrap_root_filesystem_image(manager: SandboxManager) -> None:
+    require(manager, "bwrap")
+    facts = await _image_facts(manager, "bwrap", _base_image(manager))
+    assert facts.split("\n")[1:] == ["4", "/workspace", ""]
+    assert facts.startswith("12.")
+
+
+@pytest.mark.parametrize("suffix", ["", ".sif"])
+async def test_apptainer_images(manager: SandboxManager, suffix: str) -> None:
+    require(manager, "apptainer")
+    facts = await _image_facts(manager, "apptainer", _base_image(manager, suffix))
+    assert facts.split("\n")[1:] == ["4", "/workspace", ""]
+
+
+async def test_named_image_resolves(manager: SandboxManager) -> None:
+    require(manager, "apptainer")
+    _base_image(manager)
+    backend = manager.backends.get("apptainer")
+    assert isinstance(backend, ApptainerBackend)
+    assert backend.resolve_image("base") == manager.settings.image_dir.resolve() / "base"
