@@ -14,7 +14,7 @@ from rich.table import Table
 
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
-from rollserve.cli.demo import run_demo
+from rollserve.cli.demo import check_table, run_demo
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
@@ -54,15 +54,7 @@ def sandbox_check(
     if as_json:
         typer.echo(json.dumps({"backends": [c.model_dump() for c in checks]}, indent=2))
         return
-    table = Table("backend", "available", "start p50 (ms)", "note")
-    for c in checks:
-        table.add_row(
-            c.name,
-            "yes" if c.available else "no",
-            f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-",
-            c.reason,
-        )
-    Console().print(table)
+    Console().print(check_table(checks))
 
 
 @bench_app.command("shell")

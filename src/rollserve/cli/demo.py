@@ -8,6 +8,7 @@ from rich.table import Table
 
 from rollserve.bench.startup import check_backends
 from rollserve.sandbox import SandboxManager, spec_for
+from rollserve.schema.sandbox import BackendCheck
 from rollserve.settings import Settings
 from rollserve.shell import ShellSession
 
@@ -24,19 +25,20 @@ _SESSION = [
 ]
 
 
+def check_table(checks: list[BackendCheck], title: str | None = None) -> Table:
+    """``rollserve sandbox check`` as a table."""
+    table = Table("backend", "available", "start p50 (ms)", "note", title=title)
+    for c in checks:
+        start = f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-"
+        table.add_row(c.name, "yes" if c.available else "no", start, c.reason)
+    return table
+
+
 async def run_demo(settings: Settings, console: Console) -> None:
     """Sandbox check, then a short session in the default backend with its timings."""
     async with SandboxManager(settings) as manager:
         checks = await check_backends(manager, starts=3)
-        table = Table("backend", "available", "start p50 (ms)", "note", title="sandbox check")
-        for c in checks:
-            table.add_row(
-                c.name,
-                "yes" if c.available else "no",
-                f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-",
-                c.reason,
-            )
-        console.print(table)
+        console.print(check_table(checks, title="sandbox check"))
         backend = settings.default_sandbox_backend
         sandbox = await manager.start(spec_for(backend))
         session = await ShellSession.open(sandbox)

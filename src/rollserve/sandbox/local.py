@@ -25,13 +25,16 @@ class LocalBackend:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._warned = False
 
     def availability(self) -> Availability:
         return Availability(True, "no isolation: development only")
 
     def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
         assert isinstance(spec, LocalSpec)
-        log.warning(WARNING)
+        if not self._warned:  # once per backend (that is, per rollserve process)
+            log.warning(WARNING)
+            self._warned = True
         home = workspace.parent / "home"
         home.mkdir(exist_ok=True)
         return Launcher(
