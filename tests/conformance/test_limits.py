@@ -63,4 +63,6 @@ async def test_wall_time_closes_the_sandbox(manager: SandboxManager, backend: st
     with pytest.raises(SandboxClosedError, match="wall-time"):
         await session.run("sleep 30", timeout=20)
     assert box.closed
+    await box.close()  # idempotent: waits for the removal the expiry started
     assert not box.workspace.exists()
+    assert box.id not in manager.live

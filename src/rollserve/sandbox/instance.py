@@ -13,7 +13,7 @@ import signal
 import subprocess
 import termios
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePosixPath
 
 from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
@@ -40,6 +40,7 @@ class SandboxInstance:
         workspace: Path,
         template: Path | None,
         cgroup: Cgroup | None,
+        on_close: Callable[[SandboxInstance], None] | None = None,
     ) -> None:
         self.id = record.id
         self.backend = record.backend
@@ -56,6 +57,8 @@ class SandboxInstance:
         self._fds: set[int] = set()
         self._closed = False
         self._close_reason = ""
+        self._on_close = on_close
+        self._teardown: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         if limits.wall_time_s is not None:
             loop = asyncio.get_running_loop()
@@ -90,7 +93,7 @@ class SandboxInstance:
             "sandbox %s reached its wall-time limit of %ss", self.id, self.limits.wall_time_s
         )
         self._close_reason = f"wall-time limit of {self.limits.wall_time_s}s reached"
-        self._close_now()
+        self._begin_teardown()
 
     def _track(self, proc: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> None:
         self._procs[proc.pid] = proc
@@ -304,9 +307,11 @@ class SandboxInstance:
 
     # -- teardown --------------------------------------------------------------------------------
 
-    def _close_now(self) -> None:
-        if self._closed:
-            return
+    def _begin_teardown(self) -> asyncio.Future[None]:
+        """Mark the sandbox closed and kill its processes now (synchronous: safe from a timer
+        callback); the slower part — reaping, cgroup and directory removal — runs after."""
+        if self._teardown is not None:
+            return self._teardown
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -314,24 +319,36 @@ class SandboxInstance:
             self._kill_process_tree(pid)
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-            if isinstance(proc, subprocess.Popen):
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=5)
-        for fd in self._fds:
+        loop = asyncio.get_running_loop()
+        for fd in self._fds:  # a shell session may still watch it: unhook before closing
+            loop.remove_reader(fd)
+            loop.remove_writer(fd)
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._fds.clear()
+        self._teardown = asyncio.ensure_future(self._finish_teardown())
+        return self._teardown
+
+    async def _finish_teardown(self) -> None:
+        procs = list(self._procs.values())
+        self._procs.clear()
+        for proc in procs:
+            if isinstance(proc, asyncio.subprocess.Process):
+                await proc.wait()
+        popens = [p for p in procs if isinstance(p, subprocess.Popen)]
+        await asyncio.to_thread(self._reap_and_destroy, popens)
+        if self._on_close is not None:
+            self._on_close(self)
+
+    def _reap_and_destroy(self, popens: list[subprocess.Popen[bytes]]) -> None:
+        for popen in popens:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=5)
         state.destroy(self._record)
 
     async def close(self) -> None:
-        if self._closed and not self._procs:
-            return
-        self._close_now()
-        for proc in list(self._procs.values()):
-            if isinstance(proc, asyncio.subprocess.Process):
-                with contextlib.suppress(ProcessLookupError):
-                    await proc.wait()
-        self._procs.clear()
+        # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
+        await asyncio.shield(self._begin_teardown())
 
 
 def _check_argv(argv: list[str]) -> None:

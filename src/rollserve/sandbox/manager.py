@@ -117,6 +117,7 @@ class SandboxManager:
                 workspace=workspace,
                 template=template,
                 cgroup=cgroup,
+                on_close=self._forget,
             )
         except BaseException:
             state.destroy(record)
@@ -125,9 +126,11 @@ class SandboxManager:
         return sandbox
 
     async def close(self, sandbox: SandboxInstance) -> None:
-        """Close one sandbox and forget it."""
-        self.live.pop(sandbox.id, None)
+        """Close one sandbox (it forgets itself here once removed)."""
         await sandbox.close()
+
+    def _forget(self, sandbox: SandboxInstance) -> None:
+        self.live.pop(sandbox.id, None)
 
     async def close_all(self) -> None:
         """Close every sandbox still live; a failure to close one does not stop the others."""
