@@ -32,7 +32,7 @@ def test_kill_session_kills_orphaned_members() -> None:
     child_ticks = procfs.start_ticks(child)
     assert child_ticks is not None
     assert {st.pid for st in procfs.family({leader.pid: ticks})} >= {leader.pid, child}
-    assert procfs.kill_session(leader.pid, ticks) == 2
+    assert procfs.kill_sessions({leader.pid: ticks}) == 2
     leader.wait()
     for _ in range(100):
         if not procfs.is_same_process(child, child_ticks):

@@ -52,6 +52,7 @@ class TtyProcess:
     popen: subprocess.Popen[bytes]
     master_fd: int
     tty_rdev: int
+    closed: bool = False  # set by the sandbox once it closed master_fd: never touch it then
 
 
 class SandboxBackend(Protocol):
@@ -103,7 +104,7 @@ class Sandbox(Protocol):
         """Start ``argv`` inside the sandbox on a new pseudo-terminal."""
         ...
 
-    def release_tty(self, tty: TtyProcess) -> None:
+    async def release_tty(self, tty: TtyProcess) -> None:
         """Kill a terminal process and everything it started, and close its terminal."""
         ...
 

@@ -16,6 +16,15 @@ from rollserve.settings import Settings
 # Top-level host directories that make up the "host" image; everything else of the host
 # (home directories, /root, /var, /srv, /mnt, the project) stays invisible.
 _HOST_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
+_HOST_SECRET_FILES = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/machine-id",
+)
+_HOST_SECRET_DIRS = ("/etc/ssl/private", "/etc/sudoers.d", "/etc/ssh")
 # Directories the sandbox gets fresh, never from the image.
 _FRESH = {"proc", "dev", "tmp", "sys", "run", "workspace", "root"}
 
@@ -90,9 +99,6 @@ class BwrapBackend:
                 args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
             elif entry.is_dir():
                 args += ["--ro-bind", entry.path, f"/{entry.name}"]
-        if only is not None:
-            for extra in self.settings.bwrap_host_binds:
-                args += ["--ro-bind-try", str(extra), str(extra)]
         args += [
             "--proc",
             "/proc",
@@ -104,6 +110,19 @@ class BwrapBackend:
             "/run",
             "--tmpfs",
             "/root",
+        ]
+        if only is not None:
+            # After the tmpfs mounts, which would otherwise hide binds below them (/root).
+            for extra in self.settings.bwrap_host_binds:
+                args += ["--ro-bind-try", str(extra), str(extra)]
+            # The host's secrets stay out of the host image.
+            for secret in _HOST_SECRET_FILES:
+                if os.path.lexists(secret):
+                    args += ["--ro-bind", "/dev/null", secret]
+            for secret in _HOST_SECRET_DIRS:
+                if os.path.isdir(secret):
+                    args += ["--tmpfs", secret]
+        args += [
             "--bind",
             str(workspace),
             GUEST_WORKSPACE,

@@ -14,10 +14,10 @@ import subprocess
 import termios
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
-from rollserve.sandbox import procfs, state
+from rollserve.sandbox import files, procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
 from rollserve.sandbox.limits import Cgroup, confine, rlimits_for
 from rollserve.sandbox.output import HeadTail
@@ -26,6 +26,17 @@ from rollserve.schema.sandbox import ExecResult, SandboxLimits
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 65536
+_FILE_OP_TIMEOUT_S = 120.0
+_DIFF_LIMIT = 256 * 1024 * 1024
+# A throw-away index, so the agent's own staging is left as it was; run inside the sandbox,
+# because a repository's own configuration may run programs.
+_GIT_DIFF = (
+    'idx=$(mktemp) && rm -f "$idx" && { cp .git/index "$idx" 2>/dev/null; true; } && '
+    'GIT_INDEX_FILE="$idx" git add -A && GIT_INDEX_FILE="$idx" git diff --cached --binary '
+    '--no-color --no-ext-diff --no-textconv; rc=$?; rm -f "$idx"; exit $rc'
+)
+
+Proc = subprocess.Popen[bytes] | asyncio.subprocess.Process
 
 
 class SandboxInstance:
@@ -52,9 +63,12 @@ class SandboxInstance:
         self._template = template
         self._cgroup = cgroup
         self._rlimits = rlimits_for(limits, cgroup)
-        self._procs: dict[int, subprocess.Popen[bytes] | asyncio.subprocess.Process] = {}
+        self._procs: dict[int, Proc] = {}
         self._ticks: dict[int, int] = {}
-        self._fds: set[int] = set()
+        self._ttys: list[TtyProcess] = []
+        self._spawning = 0
+        self._spawns_done = asyncio.Event()
+        self._spawns_done.set()
         self._closed = False
         self._close_reason = ""
         self._on_close = on_close
@@ -95,24 +109,6 @@ class SandboxInstance:
         self._close_reason = f"wall-time limit of {self.limits.wall_time_s}s reached"
         self._begin_teardown()
 
-    def _track(self, proc: subprocess.Popen[bytes] | asyncio.subprocess.Process) -> None:
-        self._procs[proc.pid] = proc
-        self._ticks[proc.pid] = self._record.add_process(proc.pid)
-
-    def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
-        return confine(
-            argv,
-            self._cgroup,
-            self._rlimits,
-            take_tty=take_tty,
-            set_pdeathsig=not self._launcher.dies_with_parent,
-        )
-
-    def _kill_process_tree(self, pid: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        procfs.kill_session(pid, self._ticks.get(pid, 0))
-
     def host_processes(self) -> list[procfs.ProcStat]:
         """Every live host process of this sandbox: those it spawned, their descendants and
         sessions, and whatever is in its cgroup."""
@@ -124,11 +120,36 @@ class SandboxInstance:
                     found.setdefault(pid, st)
         return list(found.values())
 
-    def process_died_of_limit(self) -> bool:
-        """Whether the memory limit killed a process (cgroup hosts only)."""
-        return self._cgroup is not None and self._cgroup.oom_killed()
+    # -- spawning --------------------------------------------------------------------------------
 
-    # -- processes -------------------------------------------------------------------------------
+    def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
+        return confine(
+            argv,
+            self._cgroup,
+            self._rlimits,
+            take_tty=take_tty,
+            set_pdeathsig=not self._launcher.dies_with_parent,
+        )
+
+    def _enter_spawn(self) -> None:
+        self._check_open()
+        self._spawning += 1
+        self._spawns_done.clear()
+
+    def _leave_spawn(self, proc: Proc | None) -> None:
+        """Record a new process — or, if the sandbox was closed while it was being spawned,
+        kill it (the teardown waits for every spawn in flight before removing anything)."""
+        self._spawning -= 1
+        if self._spawning == 0:
+            self._spawns_done.set()
+        if proc is None:
+            return
+        if self._closed:
+            self._ticks[proc.pid] = procfs.start_ticks(proc.pid) or 0
+            _kill_unreaped(proc)
+            return
+        self._procs[proc.pid] = proc
+        self._ticks[proc.pid] = self._record.add_process(proc.pid)
 
     async def exec(
         self,
@@ -158,21 +179,25 @@ class SandboxInstance:
         self, argv: list[str], *, timeout: float | None, stdin: bytes | None, limit: int
     ) -> tuple[int | None, HeadTail, HeadTail]:
         """Run to completion; the exit code is None after a timeout, 128+N for signal N."""
-        self._check_open()
         _check_argv(argv)
-        proc = await asyncio.create_subprocess_exec(
-            *self._confine(self._launcher.argv(argv), take_tty=False),
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self._launcher.env,
-            cwd=self._launcher.cwd,
-            start_new_session=True,
-        )
-        self._track(proc)
+        self._enter_spawn()
+        proc = None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self._confine(self._launcher.argv(argv), take_tty=False),
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._launcher.env,
+                cwd=self._launcher.cwd,
+                start_new_session=True,
+            )
+        finally:
+            self._leave_spawn(proc)
         out, err = HeadTail(limit), HeadTail(limit)
         timed_out = False
         try:
+            self._check_open()
             async with asyncio.timeout(timeout):
                 await asyncio.gather(
                     _pump(proc.stdout, out),
@@ -184,10 +209,12 @@ class SandboxInstance:
             timed_out = True
         finally:
             if proc.returncode is None:
-                self._kill_process_tree(proc.pid)
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                _kill_unreaped(proc)
                 await proc.wait()
+                # What left the process group (setsid) is found by session, off the loop.
+                await asyncio.to_thread(
+                    procfs.kill_sessions, {proc.pid: self._ticks.get(proc.pid, 0)}
+                )
             self._procs.pop(proc.pid, None)
         self._check_open()  # closed underneath the process: not the command's own failure
         code = proc.returncode
@@ -196,8 +223,9 @@ class SandboxInstance:
         return (128 - code if code < 0 else code), out, err
 
     def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
-        self._check_open()
         _check_argv(list(argv))
+        self._enter_spawn()
+        popen = None
         master, slave = pty.openpty()
         try:
             attrs = termios.tcgetattr(slave)
@@ -223,132 +251,139 @@ class SandboxInstance:
             raise
         finally:
             os.close(slave)
+            self._leave_spawn(popen)
         os.set_blocking(master, False)
-        self._track(popen)
-        self._fds.add(master)
-        return TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev)
+        tty = TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev)
+        self._ttys.append(tty)
+        return tty
 
-    def release_tty(self, tty: TtyProcess) -> None:
-        """Kill a terminal process and close its terminal (a shell session's close)."""
-        self._kill_process_tree(tty.popen.pid)
-        with contextlib.suppress(ProcessLookupError):
-            tty.popen.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            tty.popen.wait(timeout=5)
+    async def release_tty(self, tty: TtyProcess) -> None:
+        """Kill a terminal process and everything it started, and close its terminal."""
+        _kill_unreaped(tty.popen)
+        _close_tty(tty)
+        if tty in self._ttys:
+            self._ttys.remove(tty)
+        leader = {tty.popen.pid: self._ticks.get(tty.popen.pid, 0)}
+        await asyncio.to_thread(_reap, [tty.popen])
+        await asyncio.to_thread(procfs.kill_sessions, leader)
         self._procs.pop(tty.popen.pid, None)
-        if tty.master_fd in self._fds:
-            self._fds.discard(tty.master_fd)
-            os.close(tty.master_fd)
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _host_path(self, path: str) -> Path | None:
-        """The host path of a guest path, if it is inside the workspace and stays there once
-        symlinks are resolved on the host; None means "go through the sandbox"."""
-        guest = PurePosixPath(self._launcher.workspace) / path
-        try:
-            rel = guest.relative_to(self._launcher.workspace)
-        except ValueError:
-            return None
-        host = (self._workspace / rel).resolve()
-        root = self._workspace.resolve()
-        return host if host == root or root in host.parents else None
-
     async def read_file(self, path: str) -> bytes:
         self._check_open()
-        host = self._host_path(path)
-        if host is not None:
-            try:
-                return await asyncio.to_thread(host.read_bytes)
-            except OSError as exc:
-                raise SandboxPathError(f"cannot read {path}: {exc.strerror}", path=path) from exc
-        size = (self.limits.max_file_size_mb or 1024) * 1024 * 1024
+        limit = (self.limits.max_file_size_mb or 1024) * 1024 * 1024
+        rel = files.workspace_relative(self.guest_workspace, path)
+        if rel is not None:
+            with contextlib.suppress(files.SymlinkInPath):
+                return await asyncio.to_thread(files.read_beneath, self._workspace, rel, limit)
         code, out, err = await self._run(
-            ["cat", "--", path], timeout=None, stdin=None, limit=size * 2
+            ["head", "-c", str(limit + 1), "--", path],
+            timeout=_FILE_OP_TIMEOUT_S,
+            stdin=None,
+            limit=limit + 2,
         )
         if code != 0:
             raise SandboxPathError(f"cannot read {path}: {err.text().strip()}", path=path)
-        return bytes(out.head + out.tail)
+        data = bytes(out.head + out.tail)
+        if len(data) > limit:
+            raise SandboxPathError(f"{path} is larger than {limit} bytes", path=path)
+        return data
 
     async def write_file(self, path: str, data: bytes) -> None:
         self._check_open()
-        host = self._host_path(path)
-        if host is not None:
-            try:
-                await asyncio.to_thread(_write_host, host, data)
+        rel = files.workspace_relative(self.guest_workspace, path)
+        if rel is not None:
+            with contextlib.suppress(files.SymlinkInPath):
+                await asyncio.to_thread(files.write_beneath, self._workspace, rel, data)
                 return
-            except OSError as exc:
-                raise SandboxPathError(f"cannot write {path}: {exc.strerror}", path=path) from exc
         quoted = shlex.quote(path)
         result = await self.exec(
-            f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}', stdin=data
+            f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}',
+            stdin=data,
+            timeout=_FILE_OP_TIMEOUT_S,
         )
         if result.exit_code != 0:
             raise SandboxPathError(f"cannot write {path}: {result.stderr.strip()}", path=path)
 
     async def diff(self) -> str:
         self._check_open()
-        if (self._workspace / ".git").exists():
-            # A throw-away index, so the agent's own staging is left as it was; inside the
-            # sandbox, because a repository's config may run programs.
-            script = (
-                'idx=$(mktemp) && cp .git/index "$idx" 2>/dev/null; '
-                'GIT_INDEX_FILE="$idx" git add -A && '
-                'GIT_INDEX_FILE="$idx" git diff --cached --binary; rc=$?; rm -f "$idx"; '
-                "exit $rc"
+        if not (self._workspace / ".git").exists():
+            return await asyncio.to_thread(
+                files.tree_diff, self._template, self._workspace, self._record.path, _DIFF_LIMIT
             )
-            result = await self.exec(script, max_output_bytes=256 * 1024 * 1024)
-            if result.exit_code != 0:
-                raise SandboxPathError(f"git diff failed: {result.stderr.strip()}")
-            return result.stdout
-        return await asyncio.to_thread(
-            _tree_diff, self._template, self._workspace, self._record.path
+        code, out, err = await self._run(
+            ["bash", "-c", _GIT_DIFF], timeout=_FILE_OP_TIMEOUT_S, stdin=None, limit=_DIFF_LIMIT
         )
+        if code != 0:
+            raise SandboxPathError(f"git diff failed: {err.text().strip()}")
+        if out.truncated:
+            raise SandboxPathError(f"the workspace diff is larger than {_DIFF_LIMIT} bytes")
+        return bytes(out.head + out.tail).decode("utf-8", errors="surrogateescape")
 
     # -- teardown --------------------------------------------------------------------------------
 
     def _begin_teardown(self) -> asyncio.Future[None]:
         """Mark the sandbox closed and kill its processes now (synchronous: safe from a timer
-        callback); the slower part — reaping, cgroup and directory removal — runs after."""
+        callback); reaping and removing cgroup, mounts and files follow off the event loop."""
         if self._teardown is not None:
             return self._teardown
         self._closed = True
         if self._timer is not None:
             self._timer.cancel()
-        for pid, proc in list(self._procs.items()):
-            self._kill_process_tree(pid)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        loop = asyncio.get_running_loop()
-        for fd in self._fds:  # a shell session may still watch it: unhook before closing
-            loop.remove_reader(fd)
-            loop.remove_writer(fd)
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._fds.clear()
+        for proc in self._procs.values():
+            _kill_unreaped(proc)
+        for tty in self._ttys:
+            _close_tty(tty)
+        self._ttys.clear()
         self._teardown = asyncio.ensure_future(self._finish_teardown())
         return self._teardown
 
     async def _finish_teardown(self) -> None:
+        await self._spawns_done.wait()
         procs = list(self._procs.values())
         self._procs.clear()
         for proc in procs:
             if isinstance(proc, asyncio.subprocess.Process):
                 await proc.wait()
         popens = [p for p in procs if isinstance(p, subprocess.Popen)]
-        await asyncio.to_thread(self._reap_and_destroy, popens)
+        await asyncio.to_thread(_reap, popens)
+        if not await asyncio.to_thread(state.destroy, self._record):
+            log.error("sandbox %s was not removed completely; the next start retries", self.id)
         if self._on_close is not None:
             self._on_close(self)
-
-    def _reap_and_destroy(self, popens: list[subprocess.Popen[bytes]]) -> None:
-        for popen in popens:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                popen.wait(timeout=5)
-        state.destroy(self._record)
 
     async def close(self) -> None:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
         await asyncio.shield(self._begin_teardown())
+
+
+def _kill_unreaped(proc: Proc) -> None:
+    """SIGKILL a spawned process and its group — only while it is not yet reaped, when its PID
+    and group id cannot name anything else."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+def _close_tty(tty: TtyProcess) -> None:
+    """Close the terminal once; a shell session watching it is unhooked first."""
+    if tty.closed:
+        return
+    tty.closed = True
+    loop = asyncio.get_running_loop()
+    loop.remove_reader(tty.master_fd)
+    loop.remove_writer(tty.master_fd)
+    os.close(tty.master_fd)
+
+
+def _reap(popens: list[subprocess.Popen[bytes]]) -> None:
+    for popen in popens:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=5)
 
 
 def _check_argv(argv: list[str]) -> None:
@@ -374,27 +409,3 @@ async def _feed(stream: asyncio.StreamWriter | None, data: bytes | None) -> None
             stream.write(data)
             await stream.drain()
         stream.close()
-
-
-def _write_host(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-
-
-def _tree_diff(template: Path | None, workspace: Path, scratch: Path) -> str:
-    """``diff -ruN`` of template and workspace with ``a/`` and ``b/`` paths."""
-    base = scratch / "diff"
-    base.mkdir(exist_ok=True)
-    a, b = base / "a", base / "b"
-    empty = base / "empty"
-    empty.mkdir(exist_ok=True)
-    for link, target in ((a, template or empty), (b, workspace)):
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(target.resolve())
-    proc = subprocess.run(
-        ["diff", "-ruN", "--no-dereference", "a/", "b/"], cwd=base, capture_output=True, check=False
-    )
-    if proc.returncode > 1:
-        raise SandboxPathError(f"diff failed: {proc.stderr.decode(errors='replace').strip()}")
-    return proc.stdout.decode("utf-8", errors="replace")

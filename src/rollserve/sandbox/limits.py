@@ -77,7 +77,8 @@ class Cgroup:
         enabled = set((path / "cgroup.controllers").read_text().split())
         if limits.memory_mb and "memory" in enabled:
             _write(path / "memory.max", str(limits.memory_mb * _MB))
-            _write(path / "memory.swap.max", "0")
+            with contextlib.suppress(OSError):  # absent where swap is not accounted
+                _write(path / "memory.swap.max", "0")
         if limits.max_processes and "pids" in enabled:
             _write(path / "pids.max", str(limits.max_processes))
         return cls(dirs=[path], version=2, controllers=enabled)
@@ -121,16 +122,16 @@ class Cgroup:
             time.sleep(0.005)
 
     def remove(self) -> None:
-        """Remove the cgroup directories (they must be empty of processes)."""
+        """Remove the cgroup directories; raises OSError if one stays busy."""
         for d in self.dirs:
-            for _ in range(100):
+            for attempt in range(100):
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError as exc:
-                    if exc.errno != errno.EBUSY:
+                    if exc.errno != errno.EBUSY or attempt == 99:
                         raise
                     time.sleep(0.01)
 

@@ -120,7 +120,7 @@ class SandboxManager:
                 on_close=self._forget,
             )
         except BaseException:
-            state.destroy(record)
+            await asyncio.shield(asyncio.to_thread(state.destroy, record))
             raise
         self.live[sandbox_id] = sandbox
         return sandbox
@@ -170,6 +170,11 @@ async def _lay_out(template: Path | None, workspace: Path) -> None:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
-    _, err = await proc.communicate()
+    try:
+        _, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:  # cancelled: the copy must stop before the removal
+            proc.kill()
+            await asyncio.shield(proc.wait())
     if proc.returncode != 0:
         raise SandboxStartError(f"copying template {template} failed: {err.decode().strip()}")

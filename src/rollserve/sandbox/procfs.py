@@ -10,11 +10,15 @@ from pathlib import Path
 
 _PROC = Path("/proc")
 
-# Syscall numbers of read/readv/pread64 by machine: a process blocked in one of these on the
-# terminal is waiting for input.
+# Syscall numbers by machine. A process blocked in a read on the terminal is waiting for input;
+# one blocked in poll/select (pdb, readline) is too when its stdin is the terminal.
 _READ_SYSCALLS = {
     "x86_64": {0, 17, 19},
     "aarch64": {63, 65, 67},
+}
+_WAIT_SYSCALLS = {
+    "x86_64": {7, 23, 232, 270, 271, 281, 441},
+    "aarch64": {22, 72, 73, 441},
 }
 
 
@@ -71,15 +75,27 @@ def all_stats() -> list[ProcStat]:
     return out
 
 
-def kill_session(leader_pid: int, leader_ticks: int) -> int:
-    """SIGKILL every process of the session that ``leader_pid`` started (by session id).
+def kill_sessions(leaders: dict[int, int]) -> int:
+    """SIGKILL what remains of the sessions that the ``leaders`` (PID → start ticks) started,
+    leaders included; returns how many processes were signalled.
 
-    Processes that started before the leader cannot belong to its session, which guards
-    against a session id reused after the leader died. Returns how many were signalled.
+    A PID stays allocated while any process still uses it as its session id, so members of a
+    session whose leader is gone are that leader's orphans — unless the PID now names another
+    live process, which means the old session is gone and the id was reused: then nothing of
+    that session is touched. Members must also have started no earlier than their leader.
     """
+    stats = all_stats()
+    by_pid = {st.pid: st for st in stats}
+    ours: dict[int, int] = {}
+    for pid, ticks in leaders.items():
+        now = by_pid.get(pid)
+        if now is None or now.start_ticks == ticks:
+            ours[pid] = ticks
     killed = 0
-    for st in all_stats():
-        if st.session == leader_pid and st.start_ticks >= leader_ticks:
+    for st in stats:
+        leader_ticks = ours.get(st.session)
+        own = ours.get(st.pid) == st.start_ticks
+        if own or (leader_ticks is not None and st.start_ticks >= leader_ticks):
             try:
                 os.kill(st.pid, signal.SIGKILL)
                 killed += 1
@@ -108,14 +124,22 @@ def family(roots: dict[int, int]) -> list[ProcStat]:
 
 
 def reading_terminal(pids: list[int], tty_rdev: int) -> bool:
-    """Whether any of ``pids`` is blocked in a read on the terminal device ``tty_rdev``."""
-    reads = _READ_SYSCALLS.get(platform.machine(), set())
+    """Whether any of ``pids`` is blocked reading the terminal device ``tty_rdev``."""
+    machine = platform.machine()
+    reads = _READ_SYSCALLS.get(machine, set())
+    waits = _WAIT_SYSCALLS.get(machine, set())
     for pid in pids:
         try:
             fields = (_PROC / str(pid) / "syscall").read_text().split()
-            if not fields or not fields[0].isdigit() or int(fields[0]) not in reads:
+            if not fields or not fields[0].isdigit():
                 continue
-            fd = int(fields[1], 16)
+            number = int(fields[0])
+            if number in reads:
+                fd = int(fields[1], 16)
+            elif number in waits:
+                fd = 0
+            else:
+                continue
             if os.stat(_PROC / str(pid) / "fd" / str(fd)).st_rdev == tty_rdev:
                 return True
         except (OSError, ValueError, IndexError):

@@ -92,20 +92,38 @@ class SandboxRecord:
         return procfs.is_same_process(self.owner_pid, self.owner_ticks)
 
 
-def destroy(record: SandboxRecord) -> None:
-    """Kill every process of the sandbox, remove its cgroup, mounts and directory. Idempotent."""
+def destroy(record: SandboxRecord) -> bool:
+    """Kill every process of the sandbox, remove its cgroup, mounts and files. Idempotent.
+
+    Each step runs even if an earlier one failed; the record is removed last and only when
+    everything else is gone, so that a failed removal is retried by the reaper. Returns whether
+    the sandbox is completely gone.
+    """
+    complete = True
+    procfs.kill_sessions(dict(record.processes()))
     cgroup = record.cgroup()
-    for pid, ticks in record.processes():
-        if procfs.is_same_process(pid, ticks):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, 9)
-        # Members of the leader's session survive the leader (orphaned background jobs).
-        procfs.kill_session(pid, ticks)
     if cgroup is not None:
-        cgroup.kill_all()
-        cgroup.remove()
+        try:
+            cgroup.kill_all()
+            cgroup.remove()
+        except OSError:
+            log.exception("removing the cgroup of sandbox %s failed", record.id)
+            complete = False
     unmount_under(record.path)
-    remove_tree(record.path)
+    for entry in list(record.path.iterdir()) if record.path.is_dir() else []:
+        if entry.name in (_RECORD, _PROCS):
+            continue
+        try:
+            if entry.is_dir() and not entry.is_symlink():
+                remove_tree(entry)
+            else:
+                entry.unlink()
+        except OSError:
+            log.exception("removing %s failed", entry)
+            complete = False
+    if complete:
+        remove_tree(record.path)
+    return complete
 
 
 def unmount_under(path: Path) -> None:

@@ -71,6 +71,11 @@ def init_line(workspace: str, nonce: str) -> bytes:
     ).encode("ascii")
 
 
+def exports(env: dict[str, str]) -> str:
+    """A command that exports ``env`` into the shell."""
+    return "".join(f"export {name}={quote(value.encode())}; " for name, value in env.items())
+
+
 def safe_length(buf: bytes | bytearray) -> int:
     """How many leading bytes of ``buf`` (which holds no complete marker) are surely output;
     a trailing fragment that could still grow into a marker is held back."""

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
+import re
 import signal
-import struct
 import subprocess
-import termios
 import time
+from collections.abc import Awaitable
 
 from rollserve.errors import (
     InvalidCommandError,
+    InvalidInputError,
     SandboxClosedError,
     SandboxDiedError,
     SandboxStartError,
@@ -21,14 +21,19 @@ from rollserve.errors import (
     ShellExitedError,
 )
 from rollserve.sandbox import procfs
-from rollserve.sandbox.base import Sandbox, TtyProcess
+from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.output import HeadTail
 from rollserve.schema.shell import CommandResult
 from rollserve.shell import protocol
+from rollserve.shell.terminal import Terminal
 
 _BASH = ["bash", "--noprofile", "--norc", "--noediting", "-i"]
-_WINSIZE = struct.pack("HHHH", 40, 200, 0, 0)  # rows, columns: what programs format for
 _TICK_S = 0.1
+_RESYNC_EVERY_S = 0.3
+_RESYNC_LIMIT_S = 10.0
+_GROUP_SCAN_EVERY_S = 1.0
+_MAX_INPUT_LINE = 4095  # the terminal's canonical-mode line limit
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class ShellSession:
@@ -38,36 +43,35 @@ class ShellSession:
     background jobs persist between commands. A command that outlives its timeout is
     interrupted (Ctrl-C, then its process group is killed) and the session stays usable; a
     command blocked reading the terminal is reported as waiting for input, which
-    ``send_input`` answers.
+    ``send_input`` answers (input the command leaves unread is discarded, never run by the
+    shell) or ``interrupt`` stops. A caller that cancels a command closes the session: what the
+    command was doing is unknown. Results come from the shell's own report: whatever runs in
+    the sandbox could forge them, so rewards are never computed from them.
     """
 
     def __init__(
         self,
         sandbox: Sandbox,
-        tty: TtyProcess,
         *,
-        workspace: str,
         input_idle_s: float,
         max_output_bytes: int,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.sandbox = sandbox
-        self._tty = tty
-        self._workspace = workspace
         self._input_idle_s = input_idle_s
         self._max_output = max_output_bytes
-        self._raw = bytearray()
+        self._raw = b""
         self._between = HeadTail(max_output_bytes)  # output while no command ran
-        self._out: HeadTail | None = None
+        self._out = HeadTail(max_output_bytes)
         self._nonce: str | None = None
         self._status: int | None = None
         self._started = time.monotonic()
-        self._last_data = time.monotonic()
-        self._data = asyncio.Event()
-        self._eof = False
+        self._fed_input = False
         self._closed = False
         self._shell_pgrp = 0
+        self._next_group_scan = 0.0
         self._lock = asyncio.Lock()
-        asyncio.get_running_loop().add_reader(tty.master_fd, self._on_readable)
+        self._term = Terminal(sandbox.spawn_tty(_BASH, env), self._feed)
 
     @classmethod
     async def open(
@@ -80,49 +84,46 @@ class ShellSession:
         env: dict[str, str] | None = None,
     ) -> ShellSession:
         """Start bash in ``sandbox`` and wait until it answers its first command."""
-        tty = sandbox.spawn_tty(_BASH, env)
-        fcntl.ioctl(tty.master_fd, termios.TIOCSWINSZ, _WINSIZE)
+        for name in env or {}:
+            if not _ENV_NAME.fullmatch(name):
+                raise InvalidInputError(f"invalid environment variable name {name!r}")
         session = cls(
             sandbox,
-            tty,
-            workspace=sandbox.guest_workspace,
             input_idle_s=input_idle_s,
             max_output_bytes=max_output_bytes or sandbox.limits.max_output_bytes,
         )
         try:
             await session._start(startup_timeout)
+            if env:  # sandboxes start from a clean environment: set these in the shell itself
+                await session.run(protocol.exports(env))
         except BaseException:
             await session.close()
             raise
         return session
 
     async def _start(self, timeout: float) -> None:
-        nonce = protocol.new_nonce()
-        self._begin(nonce)
-        await self._write(protocol.init_line(self._workspace, nonce))
+        nonce = self._begin()
+        await self._term.write(protocol.init_line(self.sandbox.guest_workspace, nonce))
         deadline = time.monotonic() + timeout
         while not self._finished():
-            if self._eof or self._tty.popen.poll() is not None:
+            if self._term.gone:
                 raise SandboxStartError(f"the shell exited at start: {self._early_output()}")
             if time.monotonic() > deadline:
                 raise SandboxStartError(
                     f"the shell did not answer within {timeout}s: {self._early_output()}"
                 )
-            await self._wait_data(_TICK_S)
-        self._shell_pgrp = os.tcgetpgrp(self._tty.master_fd)
-        self._end()
+            await self._term.wait(_TICK_S)
+        self._shell_pgrp = self._term.foreground() or 0
 
     def _early_output(self) -> str:
-        text = (self._out.text(clean=True) if self._out else "") + self._raw.decode(
-            errors="replace"
-        )
+        text = self._out.text(clean=True) + self._raw.decode(errors="replace")
         return text.strip()[-500:] or "(no output)"
 
     # -- public API ------------------------------------------------------------------------------
 
     @property
     def alive(self) -> bool:
-        return not self._closed and not self._eof and self._tty.popen.poll() is None
+        return not self._closed and not self._term.gone
 
     @property
     def pending(self) -> bool:
@@ -137,22 +138,26 @@ class ShellSession:
             self._check_usable()
             if self._nonce is not None:
                 raise ShellBusyError("a command is waiting for input: send_input or interrupt")
-            nonce = protocol.new_nonce()
-            self._begin(nonce)
-            self._fix_echo()
-            await self._write(protocol.command_lines(command, nonce))
-            return await self._collect_or_abandon(timeout)
+            nonce = self._begin()
+            self._term.echo_off()
+            return await self._guard(
+                self._type_and_collect(protocol.command_lines(command, nonce), timeout)
+            )
 
     async def send_input(self, text: str, *, timeout: float | None = 120.0) -> CommandResult:
         """Type ``text`` to the command waiting for input (include the newline)."""
+        data = text.encode()
+        if b"\x00" in data or any(len(line) > _MAX_INPUT_LINE for line in data.split(b"\n")):
+            raise InvalidCommandError(
+                f"input lines must be under {_MAX_INPUT_LINE + 1} bytes and hold no NUL byte"
+            )
         async with self._lock:
             self._check_usable()
             if self._nonce is None:
                 raise ShellBusyError("no command is waiting for input")
-            self._out = HeadTail(self._max_output)
-            self._started = self._last_data = time.monotonic()
-            await self._write(text.encode())
-            return await self._collect_or_abandon(timeout)
+            self._started = self._term.last_data = time.monotonic()
+            self._fed_input = True
+            return await self._guard(self._type_and_collect(data, timeout))
 
     async def interrupt(self) -> CommandResult:
         """Interrupt the pending command (one that returned waiting for input)."""
@@ -160,76 +165,49 @@ class ShellSession:
             self._check_usable()
             if self._nonce is None:
                 raise ShellBusyError("no command is running")
-            self._out = HeadTail(self._max_output)
             self._started = time.monotonic()
-            await self._interrupt()
-            return self._result(timed_out=False, exit_code=self._status)
+            return await self._guard(self._interrupted())
 
     async def close(self) -> None:
         """Kill the shell and everything it started; the sandbox stays open."""
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(ValueError, OSError):
-            asyncio.get_running_loop().remove_reader(self._tty.master_fd)
-        self.sandbox.release_tty(self._tty)
+        self._term.detach()
+        await self.sandbox.release_tty(self._term.tty)
 
-    # -- reading ---------------------------------------------------------------------------------
-
-    def _on_readable(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self._tty.master_fd, 65536)
-                if not chunk:
-                    raise OSError("eof")
-                self._feed(chunk)
-        except BlockingIOError:
-            pass
-        except OSError:  # EIO: every process holding the terminal is gone
-            self._eof = True
-            with contextlib.suppress(ValueError, OSError):
-                asyncio.get_running_loop().remove_reader(self._tty.master_fd)
-        self._data.set()
+    # -- output ----------------------------------------------------------------------------------
 
     def _feed(self, chunk: bytes) -> None:
-        self._last_data = time.monotonic()
-        raw = bytes(self._raw) + chunk
-        self._raw.clear()
+        """Split terminal output into command output and end markers (any nonce: markers of
+        commands given up on are dropped, only the awaited one ends the command)."""
+        raw = self._raw + chunk
         while (m := protocol.MARKER.search(raw)) is not None:
             self._emit(raw[: m.start()])
             raw = raw[m.end() :]
-            if m.group(1).decode() == self._nonce:
+            if self._nonce is not None and m.group(1).decode() == self._nonce:
                 self._status = int(m.group(2))
                 self._nonce = None
-                self._emit(raw)
-                return
         keep = protocol.safe_length(raw)
         self._emit(raw[:keep])
-        self._raw += raw[keep:]
+        self._raw = raw[keep:]
 
     def _emit(self, data: bytes) -> None:
         if data:
-            (self._out if self._out is not None and self._nonce else self._between).feed(data)
-
-    async def _wait_data(self, seconds: float) -> None:
-        self._data.clear()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._data.wait(), seconds)
+            (self._out if self._nonce is not None else self._between).feed(data)
 
     # -- command lifecycle -----------------------------------------------------------------------
 
-    def _begin(self, nonce: str) -> None:
+    def _begin(self) -> str:
+        """Start a command: fresh output (with what arrived since the last one), a nonce."""
         self._out = HeadTail(self._max_output)
         if self._between.head or self._between.tail:
             self._out.feed(bytes(self._between.head + self._between.tail))
-            self._between = HeadTail(self._max_output)
-        self._nonce = nonce
+        self._between = HeadTail(self._max_output)
+        self._nonce = protocol.new_nonce()
         self._status = None
-        self._started = time.monotonic()
-        self._last_data = self._started
-
-    def _end(self) -> None:
-        self._out = None
+        self._started = self._term.last_data = time.monotonic()
+        return self._nonce
 
     def _finished(self) -> bool:
         return self._nonce is None
@@ -237,63 +215,81 @@ class ShellSession:
     def _check_usable(self) -> None:
         if self._closed:
             raise ShellExitedError("the shell session is closed")
-        if self.sandbox.closed:
-            raise SandboxClosedError(f"sandbox {self.sandbox.id} is closed")
-        if not self.alive:
+        if self.sandbox.closed or not self.alive:
             self._raise_dead()
 
     def _raise_dead(self) -> None:
+        self._nonce = None
         if self.sandbox.closed:
             why = f": {self.sandbox.close_reason}" if self.sandbox.close_reason else ""
-            raise SandboxClosedError(f"sandbox {self.sandbox.id} was closed under the command{why}")
-        code = self._tty.popen.poll()
+            raise SandboxClosedError(f"sandbox {self.sandbox.id} is closed{why}")
+        code = self._term.tty.popen.poll()
         if code is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                code = self._tty.popen.wait(timeout=1)
+                code = self._term.tty.popen.wait(timeout=1)
         if code is not None and 0 <= code < 128:
             raise ShellExitedError(f"the shell exited with status {code}", exit_code=code)
         raise SandboxDiedError(f"the sandbox's shell died (status {code})", status=code)
 
-    async def _collect_or_abandon(self, timeout: float | None) -> CommandResult:
+    async def _guard(self, work: Awaitable[CommandResult]) -> CommandResult:
         try:
-            return await self._collect(timeout)
+            return await work
         except asyncio.CancelledError:
-            # The caller gave up on the command mid-way: its state is unknown, so the shell
+            # The caller gave up mid-way: what the command is doing is unknown, so the shell
             # and all it started are killed rather than left running unseen.
             await self.close()
             raise
 
-    async def _collect(self, timeout: float | None) -> CommandResult:
+    async def _interrupted(self) -> CommandResult:
+        await self._interrupt()
+        return self._result(exit_code=self._status)
+
+    async def _type_and_collect(self, data: bytes, timeout: float | None) -> CommandResult:
+        await self._term.write(data)
         deadline = None if timeout is None else self._started + timeout
         while not self._finished():
-            if self._eof or self._tty.popen.poll() is not None:
-                # Output written just before the end may still be in the terminal.
-                self._on_readable()
+            if self._term.gone:
+                self._term.drain()  # output written just before the end
                 if self._finished():
                     break
-                self._nonce = None
                 self._raise_dead()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 await self._interrupt()
                 return self._result(timed_out=True, exit_code=None)
-            if now - self._last_data >= self._input_idle_s and self._waiting_for_input():
+            if now - self._term.last_data >= self._input_idle_s and await self._reading_input():
                 return self._result(waiting=True, exit_code=None)
-            wait = _TICK_S if deadline is None else min(_TICK_S, deadline - now)
-            await self._wait_data(max(wait, 0.001))
-        return self._result(exit_code=self._status)
+            await self._term.wait(_TICK_S if deadline is None else min(_TICK_S, deadline - now))
+        result = self._result(exit_code=self._status)
+        if self._fed_input:
+            # Input the command left unread would be read by bash as commands: Ctrl-C at the
+            # prompt flushes the terminal's input queue and any half-typed construct.
+            self._fed_input = False
+            self._begin()
+            await self._term.write(b"\x03")
+            await self._resync()
+            self._out = HeadTail(self._max_output)
+        return result
 
-    def _waiting_for_input(self) -> bool:
-        try:
-            fg = os.tcgetpgrp(self._tty.master_fd)
-        except OSError:
+    async def _reading_input(self) -> bool:
+        """Whether the foreground job is blocked reading the terminal. Its leader is checked
+        at every tick; all its members, found by a full /proc scan in a thread, once a second."""
+        fg = self._term.foreground()
+        if fg is None:
             return False
-        return procfs.reading_terminal(procfs.group_members(fg), self._tty.tty_rdev)
+        rdev = self._term.tty.tty_rdev
+        if procfs.reading_terminal([fg], rdev):
+            return True
+        if time.monotonic() < self._next_group_scan:
+            return False
+        self._next_group_scan = time.monotonic() + _GROUP_SCAN_EVERY_S
+        members = await asyncio.to_thread(procfs.group_members, fg)
+        return await asyncio.to_thread(procfs.reading_terminal, members, rdev)
 
     def _result(
         self, *, exit_code: int | None, timed_out: bool = False, waiting: bool = False
     ) -> CommandResult:
-        out = self._out or HeadTail(self._max_output)
+        out = self._out
         result = CommandResult(
             output=out.text(clean=True),
             exit_code=exit_code,
@@ -303,68 +299,51 @@ class ShellSession:
             waiting_for_input=waiting,
             dropped_bytes=out.dropped_bytes,
         )
-        if not waiting:
-            self._end()
-        else:
-            self._out = HeadTail(self._max_output)
+        self._out = HeadTail(self._max_output)  # a waiting command's later output starts anew
         return result
 
     async def _interrupt(self) -> None:
-        """Ctrl-C; if the foreground job ignores it, SIGKILL its process group; then resync."""
-        master = self._tty.master_fd
-        await self._write(b"\x03")
+        """Ctrl-C; if the foreground job ignores it, SIGKILL its process group; then resync.
+        Ctrl-C also flushes the terminal's input queue: nothing typed earlier survives."""
+        self._fed_input = False
+        await self._term.write(b"\x03")
         if not await self._until_shell_in_foreground(1.0):
-            with contextlib.suppress(OSError):
-                os.killpg(os.tcgetpgrp(master), signal.SIGKILL)
+            fg = self._term.foreground()
+            if fg is not None and fg != self._shell_pgrp:
+                with contextlib.suppress(OSError):
+                    os.killpg(fg, signal.SIGKILL)
             if not await self._until_shell_in_foreground(5.0):
                 await self.close()
                 raise ShellExitedError("the shell did not come back after an interrupt")
-        termios.tcflush(master, termios.TCIFLUSH)  # what the dead command never read
+        await self._resync()
+
+    async def _resync(self) -> None:
+        """Wait for a fresh marker, typing the request again until one comes: a line typed
+        while bash still handles a signal, or still runs a builtin, may be swallowed."""
         nonce = protocol.new_nonce()
         self._nonce = nonce
-        await self._write(protocol.sync_line(nonce))
-        deadline = time.monotonic() + 10.0
+        line = protocol.sync_line(nonce)
+        deadline = time.monotonic() + _RESYNC_LIMIT_S
+        next_send = 0.0
         while not self._finished():
-            if self._eof or self._tty.popen.poll() is not None:
-                self._nonce = None
+            if self._term.gone:
                 self._raise_dead()
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now > deadline:
                 await self.close()
                 raise ShellExitedError("the shell did not answer after an interrupt")
-            await self._wait_data(_TICK_S)
+            if now >= next_send:
+                await self._term.write(line)
+                next_send = now + _RESYNC_EVERY_S
+            await self._term.wait(min(_TICK_S, next_send - now))
 
     async def _until_shell_in_foreground(self, seconds: float) -> bool:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            try:
-                if os.tcgetpgrp(self._tty.master_fd) == self._shell_pgrp:
-                    return True
-            except OSError:
+            fg = self._term.foreground()
+            if fg is None:
                 return False
+            if fg == self._shell_pgrp:
+                return True
             await asyncio.sleep(0.01)
         return False
-
-    def _fix_echo(self) -> None:
-        """A program killed mid-way (an editor, a pager) may leave echo on: turn it off."""
-        attrs = termios.tcgetattr(self._tty.master_fd)
-        if attrs[3] & termios.ECHO:
-            attrs[3] &= ~termios.ECHO
-            termios.tcsetattr(self._tty.master_fd, termios.TCSANOW, attrs)
-
-    async def _write(self, data: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.write(self._tty.master_fd, view)
-                view = view[n:]
-            except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_writer(self._tty.master_fd, ready.set_result, None)
-                try:
-                    await asyncio.wait_for(ready, 5.0)
-                finally:
-                    loop.remove_writer(self._tty.master_fd)
-            except OSError as exc:
-                self._eof = True
-                raise SandboxDiedError(f"cannot write to the shell: {exc}") from exc
