@@ -43,9 +43,11 @@ def test_reap_never_kills_a_reused_pid(tmp_path: Path) -> None:
     record.owner_pid, record.owner_ticks = _dead_owner()
     record.save()
     bystander = subprocess.Popen(["sleep", "1000"], start_new_session=True)
-    # A record naming the bystander's PID with another start time: not the same process.
+    # A record naming the bystander's PID with an earlier start time: a dead sandbox process
+    # whose PID (and so session id) the bystander now reuses. Neither it nor its session may
+    # be touched.
     with open(record.path / "procs", "a") as fh:
-        fh.write(f"{bystander.pid} {(procfs.start_ticks(bystander.pid) or 0) + 1}\n")
+        fh.write(f"{bystander.pid} {(procfs.start_ticks(bystander.pid) or 1) - 1}\n")
     try:
         assert state.reap(tmp_path) == ["dead-2"]
         assert bystander.poll() is None
