@@ -4,6 +4,7 @@ leak nor reach the host."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 from pathlib import Path
 
@@ -28,10 +29,8 @@ async def test_symlink_never_leads_file_access_out(
     (box.workspace / "evil").symlink_to(outside)
     (box.workspace / "evil-file").symlink_to(outside / "secret")
     for path in ("evil/planted", "evil-file"):
-        try:
+        with contextlib.suppress(SandboxPathError):  # refused, or written inside the sandbox
             await box.write_file(path, b"from the sandbox")
-        except SandboxPathError:
-            pass
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     assert (outside / "secret").read_text() == "host secret"
     with pytest.raises(SandboxPathError):
