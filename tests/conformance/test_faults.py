@@ -98,7 +98,7 @@ async def test_interrupting_a_builtin(shell: ShellSession) -> None:
     stopped = await asyncio.wait_for(shell.interrupt(), 8)
     assert not stopped.waiting_for_input
     loop = await asyncio.wait_for(
-        shell.run("for i in $(seq 1 100000000); do :; done", timeout=1), 12
+        shell.run("i=0; while :; do i=$((i + 1)); done", timeout=1), 12
     )
     assert loop.timed_out
     assert (await shell.run("echo ok")).output == "ok\n"
