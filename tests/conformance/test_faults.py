@@ -97,9 +97,7 @@ async def test_interrupting_a_builtin(shell: ShellSession) -> None:
     assert waiting.waiting_for_input
     stopped = await asyncio.wait_for(shell.interrupt(), 8)
     assert not stopped.waiting_for_input
-    loop = await asyncio.wait_for(
-        shell.run("i=0; while :; do i=$((i + 1)); done", timeout=1), 12
-    )
+    loop = await asyncio.wait_for(shell.run("i=0; while :; do i=$((i + 1)); done", timeout=1), 12)
     assert loop.timed_out
     assert (await shell.run("echo ok")).output == "ok\n"
 
