@@ -16,6 +16,7 @@ from rollserve.schema.sandbox import SandboxLimits
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
 from tests.leaks import sandbox_processes
+from tests.repos import git_repo
 
 
 async def test_symlink_never_leads_file_access_out(
@@ -133,15 +134,7 @@ async def test_diff_keeps_bytes_and_symlinks(
     manager: SandboxManager, backend: str, tmp_path: Path
 ) -> None:
     require(manager, backend)
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "latin.txt").write_bytes(b"caf\xe9\n")
-    for args in (
-        ["init", "-q"],
-        ["add", "."],
-        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    repo = git_repo(tmp_path / "repo", {"latin.txt": b"caf\xe9\n"})
     box = await manager.start(spec_for(backend, template=repo))
     await box.exec("printf 'th\\xe9\\n' >> latin.txt && ln -s latin.txt link")
     patch = (await box.diff()).encode("utf-8", errors="surrogateescape")

@@ -18,6 +18,7 @@ from rollserve.settings import Settings
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
 from tests.leaks import Proc, cgroup_dirs, mounts_under, sandbox_processes
+from tests.repos import git_repo
 
 
 async def test_exec_separates_streams(sandbox: SandboxInstance) -> None:
@@ -60,15 +61,7 @@ async def test_template_is_copied_and_diffed(
 
 async def test_git_workspace_diff(manager: SandboxManager, backend: str, tmp_path: Path) -> None:
     require(manager, backend)
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "m.py").write_text("x = 1\n")
-    for args in (
-        ["init", "-q"],
-        ["add", "."],
-        ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "init"],
-    ):
-        subprocess.run(["git", *args], cwd=repo, check=True)
+    repo = git_repo(tmp_path / "repo", {"m.py": b"x = 1\n"})
     box = await manager.start(spec_for(backend, template=repo))
     await box.exec("sed -i 's/1/2/' m.py && echo y > new.py")
     diff = await box.diff()
