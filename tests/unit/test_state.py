@@ -65,3 +65,18 @@ def test_directory_without_record_is_removed_after_grace(tmp_path: Path) -> None
     os.utime(old, (past, past))
     assert state.reap(tmp_path) == ["old"]
     assert young.exists() and not old.exists()
+
+
+def test_records_of_an_earlier_boot_touch_no_process(tmp_path: Path) -> None:
+    record = state.SandboxRecord.create(tmp_path, "old-boot", "local")
+    record.boot_id = "an-earlier-boot"
+    record.save()
+    bystander = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    record.add_process(bystander.pid)  # the same PID and start time, but from another boot
+    try:
+        assert state.reap(tmp_path) == ["old-boot"]  # its owner cannot be alive either
+        assert bystander.poll() is None
+        assert not record.path.exists()
+    finally:
+        bystander.kill()
+        bystander.wait()

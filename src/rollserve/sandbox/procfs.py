@@ -52,6 +52,14 @@ def stat(pid: int) -> ProcStat | None:
     )
 
 
+def boot_id() -> str:
+    """This boot's id: PIDs and start times from another boot name nothing now."""
+    try:
+        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
 def start_ticks(pid: int) -> int | None:
     """When the process started (clock ticks since boot): with the PID, a unique identity."""
     st = stat(pid)

@@ -43,6 +43,7 @@ class SandboxRecord:
     created: float = field(default_factory=time.time)
     cgroup_dirs: list[str] = field(default_factory=list)
     cgroup_version: int = 0
+    boot_id: str = field(default_factory=procfs.boot_id)
 
     @classmethod
     def create(cls, state_dir: Path, sandbox_id: str, backend: str) -> SandboxRecord:
@@ -88,8 +89,12 @@ class SandboxRecord:
             return None
         return Cgroup(dirs=[Path(d) for d in self.cgroup_dirs], version=self.cgroup_version)
 
+    def this_boot(self) -> bool:
+        """Whether the record was written since the machine last booted."""
+        return self.boot_id == procfs.boot_id()
+
     def owner_alive(self) -> bool:
-        return procfs.is_same_process(self.owner_pid, self.owner_ticks)
+        return self.this_boot() and procfs.is_same_process(self.owner_pid, self.owner_ticks)
 
 
 def destroy(record: SandboxRecord) -> bool:
@@ -100,7 +105,8 @@ def destroy(record: SandboxRecord) -> bool:
     the sandbox is completely gone.
     """
     complete = True
-    procfs.kill_sessions(dict(record.processes()))
+    if record.this_boot():  # after a reboot its processes are long gone, their PIDs reused
+        procfs.kill_sessions(dict(record.processes()))
     cgroup = record.cgroup()
     if cgroup is not None:
         try:
