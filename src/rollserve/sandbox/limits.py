@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import resource
 import shlex
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollserve.schema.sandbox import SandboxLimits
+
+log = logging.getLogger(__name__)
 
 _MB = 1024 * 1024
 
@@ -50,14 +53,19 @@ class Cgroup:
             group.controllers.add(ctrl)
         if not group.dirs:
             return None
-        if limits.memory_mb and "memory" in group.controllers:
-            mem = root / "memory" / "rollserve" / name
-            _write(mem / "memory.limit_in_bytes", str(limits.memory_mb * _MB))
-            swap = mem / "memory.memsw.limit_in_bytes"
-            if swap.exists():
-                _write(swap, str(limits.memory_mb * _MB))
-        if limits.max_processes and "pids" in group.controllers:
-            _write(root / "pids" / "rollserve" / name / "pids.max", str(limits.max_processes))
+        try:
+            if limits.memory_mb and "memory" in group.controllers:
+                mem = root / "memory" / "rollserve" / name
+                _write(mem / "memory.limit_in_bytes", str(limits.memory_mb * _MB))
+                swap = mem / "memory.memsw.limit_in_bytes"
+                if swap.exists():
+                    _write(swap, str(limits.memory_mb * _MB))
+            if limits.max_processes and "pids" in group.controllers:
+                _write(root / "pids" / "rollserve" / name / "pids.max", str(limits.max_processes))
+        except OSError:
+            log.warning("cannot set cgroup limits under %s; using rlimits", root, exc_info=True)
+            group.remove()
+            return None
         return group
 
     @classmethod
@@ -74,14 +82,20 @@ class Cgroup:
             path.mkdir(exist_ok=True)
         except OSError:
             return None
-        enabled = set((path / "cgroup.controllers").read_text().split())
-        if limits.memory_mb and "memory" in enabled:
-            _write(path / "memory.max", str(limits.memory_mb * _MB))
-            with contextlib.suppress(OSError):  # absent where swap is not accounted
-                _write(path / "memory.swap.max", "0")
-        if limits.max_processes and "pids" in enabled:
-            _write(path / "pids.max", str(limits.max_processes))
-        return cls(dirs=[path], version=2, controllers=enabled)
+        group = cls(dirs=[path], version=2)
+        try:
+            group.controllers = set((path / "cgroup.controllers").read_text().split())
+            if limits.memory_mb and "memory" in group.controllers:
+                _write(path / "memory.max", str(limits.memory_mb * _MB))
+                with contextlib.suppress(OSError):  # absent where swap is not accounted
+                    _write(path / "memory.swap.max", "0")
+            if limits.max_processes and "pids" in group.controllers:
+                _write(path / "pids.max", str(limits.max_processes))
+        except OSError:
+            log.warning("cannot set cgroup limits under %s; using rlimits", root, exc_info=True)
+            group.remove()
+            return None
+        return group
 
     @property
     def join_files(self) -> list[str]:
