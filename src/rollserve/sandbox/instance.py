@@ -223,6 +223,7 @@ class SandboxInstance:
         return (128 - code if code < 0 else code), out, err
 
     def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
+        # Synchronous (vfork + exec): the sandbox cannot close while this runs.
         _check_argv(list(argv))
         self._enter_spawn()
         popen = None

@@ -55,7 +55,6 @@ class ShellSession:
         *,
         input_idle_s: float,
         max_output_bytes: int,
-        env: dict[str, str] | None = None,
     ) -> None:
         self.sandbox = sandbox
         self._input_idle_s = input_idle_s
@@ -71,7 +70,7 @@ class ShellSession:
         self._shell_pgrp = 0
         self._next_group_scan = 0.0
         self._lock = asyncio.Lock()
-        self._term = Terminal(sandbox.spawn_tty(_BASH, env), self._feed)
+        self._term = Terminal(sandbox.spawn_tty(_BASH), self._feed)
 
     @classmethod
     async def open(
