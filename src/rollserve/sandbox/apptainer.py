@@ -112,4 +112,5 @@ class ApptainerBackend:
             },
             workspace=GUEST_WORKSPACE,
             cwd=str(workspace),
+            address_space_inside=True,
         )

@@ -29,7 +29,8 @@ class Launcher:
     process on a pseudo-terminal; when ``tty_inside`` is true the wrapper makes the terminal the
     controlling tty inside the sandbox itself (bwrap starts a new session there), otherwise the
     spawner does it for the wrapper process. ``dies_with_parent`` says the wrapper already
-    kills itself when rollserve dies (bwrap --die-with-parent).
+    kills itself when rollserve dies (bwrap --die-with-parent). ``address_space_inside`` says
+    an address-space rlimit must be set inside the sandbox, not on the wrapper.
     """
 
     prefix: list[str]
@@ -38,6 +39,7 @@ class Launcher:
     tty_prefix: list[str] | None = None
     tty_inside: bool = False
     dies_with_parent: bool = False
+    address_space_inside: bool = False
     cwd: str | None = None
 
     def argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import pty
+import resource
 import shlex
 import signal
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
 from rollserve.sandbox import files, procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
-from rollserve.sandbox.limits import Cgroup, confine, rlimits_for
+from rollserve.sandbox.limits import Cgroup, confine, prlimit_args, rlimits_for
 from rollserve.sandbox.output import HeadTail
 from rollserve.schema.sandbox import ExecResult, SandboxLimits
 
@@ -62,7 +63,13 @@ class SandboxInstance:
         self._workspace = workspace
         self._template = template
         self._cgroup = cgroup
-        self._rlimits = rlimits_for(limits, cgroup)
+        rlimits = rlimits_for(limits, cgroup)
+        # The address-space limit goes inside the sandbox where the wrapper itself cannot run
+        # under it (Apptainer's Go runtime reserves about 1 GB of address space at start).
+        self._inner_rlimits = [
+            r for r in rlimits if launcher.address_space_inside and r[0] == resource.RLIMIT_AS
+        ]
+        self._rlimits = [r for r in rlimits if r not in self._inner_rlimits]
         self._procs: dict[int, Proc] = {}
         self._ticks: dict[int, int] = {}
         self._ttys: list[TtyProcess] = []
@@ -123,6 +130,7 @@ class SandboxInstance:
     # -- spawning --------------------------------------------------------------------------------
 
     def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
+        """The host command line that runs ``argv`` (already wrapped by the launcher)."""
         return confine(
             argv,
             self._cgroup,
@@ -130,6 +138,11 @@ class SandboxInstance:
             take_tty=take_tty,
             set_pdeathsig=not self._launcher.dies_with_parent,
         )
+
+    def _inside(self, argv: list[str]) -> list[str]:
+        if not self._inner_rlimits:
+            return argv
+        return ["prlimit", *prlimit_args(self._inner_rlimits), "--", *argv]
 
     def _enter_spawn(self) -> None:
         self._check_open()
@@ -184,7 +197,7 @@ class SandboxInstance:
         proc = None
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self._confine(self._launcher.argv(argv), take_tty=False),
+                *self._confine(self._launcher.argv(self._inside(argv)), take_tty=False),
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -238,7 +251,9 @@ class SandboxInstance:
             # setsid -c makes the new session itself; a process group leader would have to
             # fork for it, so the wrapper starts in ours and leaves it at once.
             popen = subprocess.Popen(
-                self._confine(self._launcher.argv(argv, tty=True), take_tty=take_tty),
+                self._confine(
+                    self._launcher.argv(self._inside(list(argv)), tty=True), take_tty=take_tty
+                ),
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,

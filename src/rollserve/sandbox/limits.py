@@ -183,6 +183,16 @@ def rlimits_for(limits: SandboxLimits, cgroup: Cgroup | None) -> list[tuple[int,
     return out
 
 
+def prlimit_args(rlimits: list[tuple[int, int]]) -> list[str]:
+    """``prlimit`` options setting ``rlimits`` (capped at the current hard limits)."""
+    out = []
+    for which, value in rlimits:
+        hard = resource.getrlimit(which)[1]
+        cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        out.append(f"{_PRLIMIT_OPTION[which]}={cap}:{cap}")
+    return out
+
+
 def confine(
     argv: list[str],
     cgroup: Cgroup | None,
@@ -203,12 +213,7 @@ def confine(
     if set_pdeathsig:
         out += ["setpriv", "--pdeathsig", "KILL", "--"]
     if rlimits:
-        out.append("prlimit")
-        for which, value in rlimits:
-            hard = resource.getrlimit(which)[1]
-            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
-            out.append(f"{_PRLIMIT_OPTION[which]}={cap}:{cap}")
-        out.append("--")
+        out += ["prlimit", *prlimit_args(rlimits), "--"]
     if cgroup is not None:  # sh (dash) is single-threaded: see Cgroup.join_files
         joins = " && ".join(f"echo 0 > {shlex.quote(f)}" for f in cgroup.join_files)
         out += ["sh", "-c", f'{joins} && exec "$@"', "sh"]
