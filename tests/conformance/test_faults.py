@@ -103,13 +103,43 @@ async def test_interrupting_a_builtin(shell: ShellSession) -> None:
     assert (await shell.run("echo ok")).output == "ok\n"
 
 
-async def test_unread_input_never_runs(shell: ShellSession, tmp_path: Path) -> None:
+async def test_unread_input_never_runs(shell: ShellSession) -> None:
     waiting = await shell.run("read x; echo got $x")
     assert waiting.waiting_for_input
-    answered = await shell.send_input("A\ntouch /tmp/should-not-exist; echo 'open quote\n")
+    answered = await shell.send_input("A\n: > /tmp/leaked\ntouch /tmp/leaked2; echo 'open quote\n")
     assert answered.output == "got A\n"
-    after = await shell.run("echo ok; ls /tmp/should-not-exist 2>&1 | grep -c 'No such'")
-    assert after.output == "ok\n1\n"
+    after = await shell.run("echo ok; ls /tmp/leaked /tmp/leaked2 2>&1 | grep -c 'No such'")
+    assert after.output == "ok\n2\n"
+
+
+async def test_input_nobody_reads_times_out(shell: ShellSession) -> None:
+    waiting = await shell.run("read x; sleep 100")
+    assert waiting.waiting_for_input
+    flood = "y" * 2000 + "\n"
+    result = await asyncio.wait_for(shell.send_input(flood * 10, timeout=2), 15)
+    assert result.timed_out
+    assert (await shell.run("echo ok")).output == "ok\n"
+
+
+async def test_busy_programs_are_not_waiting_for_input(shell: ShellSession) -> None:
+    for program in (
+        "import asyncio; asyncio.run(asyncio.sleep(2.5)); print('done')",
+        "import os, select; r, w = os.pipe(); select.select([r], [], [], 2.5); print('done')",
+        "import os, select; r, w = os.pipe(); p = select.poll(); p.register(r); "
+        "p.poll(2500); print('done')",
+    ):
+        result = await shell.run(f'python3 -c "{program}"', timeout=30)
+        assert not result.waiting_for_input, program
+        assert (result.output, result.exit_code) == ("done\n", 0), program
+
+
+async def test_output_of_a_command_that_ends_after_waiting_is_kept(shell: ShellSession) -> None:
+    waiting = await shell.run("read -t 3 x; echo late")
+    assert waiting.waiting_for_input
+    await asyncio.sleep(3.5)
+    assert not shell.pending
+    result = await shell.run("echo next")
+    assert result.output == "late\nnext\n"
 
 
 async def test_poll_based_reader_is_waiting(shell: ShellSession) -> None:
@@ -148,3 +178,21 @@ async def test_diff_keeps_bytes_and_symlinks(
     procs = sandbox_processes(box)
     await manager.close(box)
     assert not [p for p in procs if p.alive()]
+
+
+async def test_failed_terminal_spawn_leaves_a_closable_sandbox(
+    manager: SandboxManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pty
+
+    box = await manager.start(spec_for("local"))
+
+    def no_pty() -> tuple[int, int]:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(pty, "openpty", no_pty)
+    with pytest.raises(OSError, match="Too many"):
+        await ShellSession.open(box)
+    monkeypatch.undo()
+    await asyncio.wait_for(manager.close(box), 10)
+    assert not box.workspace.parent.exists()

@@ -80,3 +80,14 @@ def test_records_of_an_earlier_boot_touch_no_process(tmp_path: Path) -> None:
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_retired_leaders_are_no_longer_looked_up(tmp_path: Path) -> None:
+    record = state.SandboxRecord.create(tmp_path, "r-1", "local")
+    record.add_process(1000, ticks=5)
+    record.add_process(1001, ticks=6)
+    record.retire(1000, 5, members=[(1500, 9)])
+    assert sorted(record.processes()) == [(1001, 6), (1500, 9)]
+    with open(record.path / "procs", "a") as fh:
+        fh.write("17")  # torn by a crash mid-write
+    assert sorted(record.processes()) == [(1001, 6), (1500, 9)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,7 +55,22 @@ class TtyProcess:
     popen: subprocess.Popen[bytes]
     master_fd: int
     tty_rdev: int
+    tty_path: str  # the terminal's device on the host (/dev/pts/N)
     closed: bool = False  # set by the sandbox once it closed master_fd: never touch it then
+
+    def exit_status(self) -> int | None:
+        """The exit status (negative: killed by that signal) once the process ended — without
+        reaping it: until the sandbox does, its PID, the id of the session it leads, cannot be
+        reused, so that session can still be killed safely."""
+        if self.popen.returncode is not None:
+            return self.popen.returncode
+        try:
+            info = os.waitid(os.P_PID, self.popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return self.popen.poll()
+        if info is None:
+            return None
+        return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 class SandboxBackend(Protocol):

@@ -221,14 +221,12 @@ class SandboxInstance:
         except TimeoutError:
             timed_out = True
         finally:
-            if proc.returncode is None:
+            killed = proc.returncode is None
+            if killed:
                 _kill_unreaped(proc)
                 await proc.wait()
-                # What left the process group (setsid) is found by session, off the loop.
-                await asyncio.to_thread(
-                    procfs.kill_sessions, {proc.pid: self._ticks.get(proc.pid, 0)}
-                )
             self._procs.pop(proc.pid, None)
+            await self._retire(proc.pid, kill=killed)
         self._check_open()  # closed underneath the process: not the command's own failure
         code = proc.returncode
         if timed_out or code is None:
@@ -238,15 +236,17 @@ class SandboxInstance:
     def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
         # Synchronous (vfork + exec): the sandbox cannot close while this runs.
         _check_argv(list(argv))
+        self._check_open()
+        master, slave = pty.openpty()
         self._enter_spawn()
         popen = None
-        master, slave = pty.openpty()
         try:
             attrs = termios.tcgetattr(slave)
             attrs[1] &= ~termios.ONLCR  # keep "\n" as "\n"
             attrs[3] &= ~(termios.ECHO | termios.ECHONL)
             termios.tcsetattr(slave, termios.TCSANOW, attrs)
             rdev = os.fstat(slave).st_rdev
+            path = os.ttyname(slave)
             take_tty = not self._launcher.tty_inside
             # setsid -c makes the new session itself; a process group leader would have to
             # fork for it, so the wrapper starts in ours and leaves it at once.
@@ -269,7 +269,7 @@ class SandboxInstance:
             os.close(slave)
             self._leave_spawn(popen)
         os.set_blocking(master, False)
-        tty = TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev)
+        tty = TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev, tty_path=path)
         self._ttys.append(tty)
         return tty
 
@@ -279,10 +279,27 @@ class SandboxInstance:
         _close_tty(tty)
         if tty in self._ttys:
             self._ttys.remove(tty)
-        leader = {tty.popen.pid: self._ticks.get(tty.popen.pid, 0)}
+        pid = tty.popen.pid
+        # The session is killed while its leader is still unreaped, so its id is still ours.
+        await asyncio.to_thread(procfs.kill_sessions, {pid: self._ticks.get(pid, 0)})
         await asyncio.to_thread(_reap, [tty.popen])
-        await asyncio.to_thread(procfs.kill_sessions, leader)
-        self._procs.pop(tty.popen.pid, None)
+        self._procs.pop(pid, None)
+        self._retire_record(pid, [])
+
+    async def _retire(self, pid: int, *, kill: bool) -> None:
+        """After a leader was reaped: kill what is left of its session, or (a command that
+        ended by itself may leave background processes) note those processes one by one."""
+        ticks = self._ticks.get(pid, 0)
+        if kill:
+            await asyncio.to_thread(procfs.kill_sessions, {pid: ticks})
+            members: list[tuple[int, int]] = []
+        else:
+            members = await asyncio.to_thread(procfs.session_members, pid, ticks)
+        self._retire_record(pid, members)
+
+    def _retire_record(self, pid: int, members: list[tuple[int, int]]) -> None:
+        if not self._closed:  # once closed, the teardown owns (and removes) the record
+            self._record.retire(pid, self._ticks.get(pid, 0), members)
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -356,18 +373,22 @@ class SandboxInstance:
         return self._teardown
 
     async def _finish_teardown(self) -> None:
-        await self._spawns_done.wait()
-        procs = list(self._procs.values())
-        self._procs.clear()
-        for proc in procs:
-            if isinstance(proc, asyncio.subprocess.Process):
-                await proc.wait()
-        popens = [p for p in procs if isinstance(p, subprocess.Popen)]
-        await asyncio.to_thread(_reap, popens)
-        if not await asyncio.to_thread(state.destroy, self._record):
-            log.error("sandbox %s was not removed completely; the next start retries", self.id)
-        if self._on_close is not None:
-            self._on_close(self)
+        try:
+            await self._spawns_done.wait()
+            procs = list(self._procs.values())
+            self._procs.clear()
+            for proc in procs:
+                if isinstance(proc, asyncio.subprocess.Process):
+                    await proc.wait()
+            # Terminal leaders are reaped only after destroy() killed their sessions: while
+            # they are unreaped, their PIDs (the session ids) cannot name anything else.
+            complete = await asyncio.to_thread(state.destroy, self._record)
+            await asyncio.to_thread(_reap, [p for p in procs if isinstance(p, subprocess.Popen)])
+            if not complete:
+                log.error("sandbox %s was not removed completely; the next start retries", self.id)
+        finally:
+            if self._on_close is not None:
+                self._on_close(self)
 
     async def close(self) -> None:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.

@@ -5,21 +5,32 @@ from __future__ import annotations
 import os
 import platform
 import signal
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 _PROC = Path("/proc")
 
-# Syscall numbers by machine. A process blocked in a read on the terminal is waiting for input;
-# one blocked in poll/select (pdb, readline) is too when its stdin is the terminal.
-_READ_SYSCALLS = {
+# Syscall numbers by machine: the reads, and the waits that name descriptors (poll: an array
+# of struct pollfd; select: an fd_set of readable descriptors; epoll: an epoll descriptor).
+_READS = {
     "x86_64": {0, 17, 19},
     "aarch64": {63, 65, 67},
 }
-_WAIT_SYSCALLS = {
-    "x86_64": {7, 23, 232, 270, 271, 281, 441},
-    "aarch64": {22, 72, 73, 441},
+_WAITS = {
+    "x86_64": {
+        7: "poll",
+        271: "poll",
+        23: "select",
+        270: "select",
+        232: "epoll",
+        281: "epoll",
+        441: "epoll",
+    },
+    "aarch64": {73: "poll", 72: "select", 22: "epoll", 441: "epoll"},
 }
+_MAX_FDS = 4096
+_POLLIN = 0x001
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,19 @@ def kill_sessions(leaders: dict[int, int]) -> int:
     return killed
 
 
+def session_members(leader_pid: int, leader_ticks: int) -> list[tuple[int, int]]:
+    """(PID, start ticks) of the live members of the session ``leader_pid`` started — call it
+    while the leader is not yet reaped (its PID cannot have been reused then)."""
+    return [
+        (st.pid, st.start_ticks)
+        for st in all_stats()
+        if st.session == leader_pid
+        and st.pid != leader_pid
+        and st.start_ticks >= leader_ticks
+        and st.state not in ("Z", "X")
+    ]
+
+
 def family(roots: dict[int, int]) -> list[ProcStat]:
     """Live processes descending from, or in a session led by, the ``roots`` (PID → start
     ticks); a root that no longer names the same process contributes only its session."""
@@ -132,27 +156,56 @@ def family(roots: dict[int, int]) -> list[ProcStat]:
 
 
 def reading_terminal(pids: list[int], tty_rdev: int) -> bool:
-    """Whether any of ``pids`` is blocked reading the terminal device ``tty_rdev``."""
+    """Whether any of ``pids`` is blocked reading the terminal device ``tty_rdev``: in a read
+    on it, or in poll/select/epoll waiting for it to become readable."""
     machine = platform.machine()
-    reads = _READ_SYSCALLS.get(machine, set())
-    waits = _WAIT_SYSCALLS.get(machine, set())
     for pid in pids:
         try:
             fields = (_PROC / str(pid) / "syscall").read_text().split()
-            if not fields or not fields[0].isdigit():
-                continue
-            number = int(fields[0])
-            if number in reads:
-                fd = int(fields[1], 16)
-            elif number in waits:
-                fd = 0
+            if len(fields) < 4 or not fields[0].isdigit():
+                continue  # running, or not in a system call
+            number, args = int(fields[0]), [int(a, 16) for a in fields[1:7]]
+            if number in _READS.get(machine, ()):
+                fds = {args[0]}
+            elif (kind := _WAITS.get(machine, {}).get(number)) is not None:
+                fds = _waited_fds(pid, kind, args)
             else:
                 continue
-            if os.stat(_PROC / str(pid) / "fd" / str(fd)).st_rdev == tty_rdev:
+            if any(_is_tty(pid, fd, tty_rdev) for fd in fds):
                 return True
         except (OSError, ValueError, IndexError):
             continue
     return False
+
+
+def _waited_fds(pid: int, kind: str, args: list[int]) -> set[int]:
+    """The descriptors a process blocked in poll/select/epoll waits to read."""
+    if kind == "epoll":
+        info = (_PROC / str(pid) / "fdinfo" / str(args[0])).read_text()
+        return {int(line.split()[1]) for line in info.splitlines() if line.startswith("tfd:")}
+    if kind == "poll":
+        count = min(args[1], _MAX_FDS)
+        raw = _memory(pid, args[0], 8 * count)
+        entries = (struct.unpack_from("ihh", raw, 8 * i) for i in range(count))
+        return {fd for fd, events, _ in entries if fd >= 0 and events & _POLLIN}
+    count = min(args[0], _MAX_FDS)  # select: nfds, then the readable set
+    if args[1] == 0:
+        return set()
+    raw = _memory(pid, args[1], (count + 7) // 8)
+    return {fd for fd in range(count) if raw[fd // 8] >> (fd % 8) & 1}
+
+
+def _memory(pid: int, address: int, size: int) -> bytes:
+    with open(_PROC / str(pid) / "mem", "rb", buffering=0) as mem:
+        mem.seek(address)
+        return mem.read(size)
+
+
+def _is_tty(pid: int, fd: int, tty_rdev: int) -> bool:
+    try:
+        return os.stat(_PROC / str(pid) / "fd" / str(fd)).st_rdev == tty_rdev
+    except OSError:
+        return False
 
 
 def group_members(pgrp: int) -> list[int]:

@@ -70,19 +70,40 @@ class SandboxRecord:
         tmp.write_text(json.dumps(asdict(self)))
         tmp.replace(self.path / _RECORD)
 
-    def add_process(self, pid: int) -> int:
-        """Note a spawned process; returns its start time."""
-        ticks = procfs.start_ticks(pid) or 0
+    def add_process(self, pid: int, ticks: int | None = None) -> int:
+        """Note a spawned process (a session leader); returns its start time."""
+        ticks = procfs.start_ticks(pid) or 0 if ticks is None else ticks
         with open(self.path / _PROCS, "a") as fh:
             fh.write(f"{pid} {ticks}\n")
         return ticks
 
+    def retire(self, pid: int, ticks: int, members: list[tuple[int, int]]) -> None:
+        """A leader was reaped: from now on its PID may name anything, so its session is no
+        longer looked up by id; the members it left (a snapshot) are recorded one by one."""
+        with open(self.path / _PROCS, "a") as fh:
+            fh.writelines(f"{m} {t}\n" for m, t in members)
+            fh.write(f"-{pid} {ticks}\n")
+
     def processes(self) -> list[tuple[int, int]]:
+        """Recorded processes not retired, as (PID, start ticks)."""
         try:
             lines = (self.path / _PROCS).read_text().splitlines()
         except FileNotFoundError:
             return []
-        return [(int(a), int(b)) for a, b in (ln.split() for ln in lines if ln.strip())]
+        live: dict[tuple[int, int], None] = {}
+        for line in lines:
+            fields = line.split()
+            if len(fields) != 2 or not fields[1].isdigit():
+                continue  # a line torn by a crash mid-write
+            try:
+                pid, ticks = int(fields[0]), int(fields[1])
+            except ValueError:
+                continue
+            if pid < 0:
+                live.pop((-pid, ticks), None)
+            else:
+                live[(pid, ticks)] = None
+        return list(live)
 
     def cgroup(self) -> Cgroup | None:
         if not self.cgroup_dirs:
@@ -128,7 +149,11 @@ def destroy(record: SandboxRecord) -> bool:
             log.exception("removing %s failed", entry)
             complete = False
     if complete:
-        remove_tree(record.path)
+        try:
+            remove_tree(record.path)
+        except OSError:
+            log.exception("removing %s failed", record.path)
+            complete = False
     return complete
 
 

@@ -20,7 +20,7 @@ _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("'")}
 # process group and Ctrl-C reaches it), and a helper that restores $? before each command.
 INIT = (
     "set +H +o history -m; PS1=''; PS2=''; PS0=''; PROMPT_COMMAND=''; unset HISTFILE; "
-    '__rs_rc() { return "$1"; }; __rs_ec=0; cd {workspace} 2>/dev/null; '
+    '__rs_rc() { builtin return "$1"; }; __rs_ec=0; cd {workspace} 2>/dev/null; '
 )
 
 
@@ -47,7 +47,7 @@ def quote(data: bytes) -> str:
 
 def marker_command(nonce: str) -> str:
     """Print the end marker with the status saved in ``__rs_ec``."""
-    return f"printf '\\036RS%s:%d\\036\\n' {nonce} \"$__rs_ec\""
+    return f"builtin printf '\\036RS%s:%d\\036\\n' {nonce} \"$__rs_ec\""
 
 
 def command_lines(command: str, nonce: str) -> bytes:
@@ -56,7 +56,12 @@ def command_lines(command: str, nonce: str) -> bytes:
     chunks = [data[i : i + _CHUNK] for i in range(0, len(data), _CHUNK)] or [b""]
     lines = [f"__rs_c={quote(chunks[0])}"]
     lines += [f"__rs_c+={quote(chunk)}" for chunk in chunks[1:]]
-    lines.append(f'__rs_rc "$__rs_ec"; eval "$__rs_c"; __rs_ec=$?; {marker_command(nonce)}')
+    # Complete lines typed for the command but left unread would otherwise be run by bash as
+    # commands once it returns: read them away before the marker.
+    lines.append(
+        f'__rs_rc "$__rs_ec"; builtin eval "$__rs_c"; __rs_ec=$?; '
+        f"while builtin read -r -t 0; do builtin read -r _; done; {marker_command(nonce)}"
+    )
     return ("\n".join(lines) + "\n").encode("ascii")
 
 

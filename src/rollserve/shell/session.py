@@ -7,7 +7,6 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import time
 from collections.abc import Awaitable
 
@@ -113,6 +112,7 @@ class ShellSession:
                 )
             await self._term.wait(_TICK_S)
         self._shell_pgrp = self._term.foreground() or 0
+        self._out = HeadTail(self._max_output)  # the shell's first prompt and the like
 
     def _early_output(self) -> str:
         text = self._out.text(clean=True) + self._raw.decode(errors="replace")
@@ -134,7 +134,7 @@ class ShellSession:
         if "\x00" in command:
             raise InvalidCommandError("command contains a NUL byte")
         async with self._lock:
-            self._check_usable()
+            await self._check_usable()
             if self._nonce is not None:
                 raise ShellBusyError("a command is waiting for input: send_input or interrupt")
             nonce = self._begin()
@@ -151,7 +151,7 @@ class ShellSession:
                 f"input lines must be under {_MAX_INPUT_LINE + 1} bytes and hold no NUL byte"
             )
         async with self._lock:
-            self._check_usable()
+            await self._check_usable()
             if self._nonce is None:
                 raise ShellBusyError("no command is waiting for input")
             self._started = self._term.last_data = time.monotonic()
@@ -161,7 +161,7 @@ class ShellSession:
     async def interrupt(self) -> CommandResult:
         """Interrupt the pending command (one that returned waiting for input)."""
         async with self._lock:
-            self._check_usable()
+            await self._check_usable()
             if self._nonce is None:
                 raise ShellBusyError("no command is running")
             self._started = time.monotonic()
@@ -173,7 +173,8 @@ class ShellSession:
             return
         self._closed = True
         self._term.detach()
-        await self.sandbox.release_tty(self._term.tty)
+        # Shielded: a second cancellation must not stop the kill half-way.
+        await asyncio.shield(self.sandbox.release_tty(self._term.tty))
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -198,10 +199,14 @@ class ShellSession:
     # -- command lifecycle -----------------------------------------------------------------------
 
     def _begin(self) -> str:
-        """Start a command: fresh output (with what arrived since the last one), a nonce."""
+        """Start a command: fresh output — after what arrived since the last result (the rest
+        of a command that was left waiting for input and then ended by itself, background
+        output) — and a nonce."""
+        earlier = (self._out, self._between)
         self._out = HeadTail(self._max_output)
-        if self._between.head or self._between.tail:
-            self._out.feed(bytes(self._between.head + self._between.tail))
+        for buf in earlier:
+            if buf.head or buf.tail:
+                self._out.feed(bytes(buf.head + buf.tail))
         self._between = HeadTail(self._max_output)
         self._nonce = protocol.new_nonce()
         self._status = None
@@ -211,24 +216,27 @@ class ShellSession:
     def _finished(self) -> bool:
         return self._nonce is None
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise ShellExitedError("the shell session is closed")
-        if self.sandbox.closed or not self.alive:
-            self._raise_dead()
+    async def _check_usable(self) -> None:
+        if self._closed or self.sandbox.closed or not self.alive:
+            raise await self._dead()
 
-    def _raise_dead(self) -> None:
+    async def _dead(self) -> Exception:
+        """Why the shell cannot go on: the sandbox closed, the shell exited, or it died."""
         self._nonce = None
+        if self._closed:
+            return ShellExitedError("the shell session is closed")
         if self.sandbox.closed:
             why = f": {self.sandbox.close_reason}" if self.sandbox.close_reason else ""
-            raise SandboxClosedError(f"sandbox {self.sandbox.id} is closed{why}")
-        code = self._term.tty.popen.poll()
-        if code is None:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                code = self._term.tty.popen.wait(timeout=1)
+            return SandboxClosedError(f"sandbox {self.sandbox.id} is closed{why}")
+        code = self._term.tty.exit_status()
+        for _ in range(20):  # the terminal can hang up just before the process ends
+            if code is not None:
+                break
+            await asyncio.sleep(0.05)
+            code = self._term.tty.exit_status()
         if code is not None and 0 <= code < 128:
-            raise ShellExitedError(f"the shell exited with status {code}", exit_code=code)
-        raise SandboxDiedError(f"the sandbox's shell died (status {code})", status=code)
+            return ShellExitedError(f"the shell exited with status {code}", exit_code=code)
+        return SandboxDiedError(f"the sandbox's shell died (status {code})", status=code)
 
     async def _guard(self, work: Awaitable[CommandResult]) -> CommandResult:
         try:
@@ -244,19 +252,23 @@ class ShellSession:
         return self._result(exit_code=self._status)
 
     async def _type_and_collect(self, data: bytes, timeout: float | None) -> CommandResult:
-        await self._term.write(data)
         deadline = None if timeout is None else self._started + timeout
+        if not await self._term.write(data, deadline):  # the command reads none of it
+            await self._interrupt()
+            return self._result(timed_out=True, exit_code=None)
         while not self._finished():
             if self._term.gone:
                 self._term.drain()  # output written just before the end
                 if self._finished():
                     break
-                self._raise_dead()
+                raise await self._dead()
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 await self._interrupt()
                 return self._result(timed_out=True, exit_code=None)
-            if now - self._term.last_data >= self._input_idle_s and await self._reading_input():
+            idle = now - self._term.last_data >= self._input_idle_s
+            # (the command may finish while /proc is read: then bash itself reads the tty)
+            if idle and await self._reading_input() and not self._finished():
                 return self._result(waiting=True, exit_code=None)
             await self._term.wait(_TICK_S if deadline is None else min(_TICK_S, deadline - now))
         result = self._result(exit_code=self._status)
@@ -305,6 +317,7 @@ class ShellSession:
         """Ctrl-C; if the foreground job ignores it, SIGKILL its process group; then resync.
         Ctrl-C also flushes the terminal's input queue: nothing typed earlier survives."""
         self._fed_input = False
+        self._term.flush_input()  # a full input queue would not even take the Ctrl-C
         await self._term.write(b"\x03")
         if not await self._until_shell_in_foreground(1.0):
             fg = self._term.foreground()
@@ -326,7 +339,7 @@ class ShellSession:
         next_send = 0.0
         while not self._finished():
             if self._term.gone:
-                self._raise_dead()
+                raise await self._dead()
             now = time.monotonic()
             if now > deadline:
                 await self.close()

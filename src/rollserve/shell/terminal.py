@@ -38,7 +38,7 @@ class Terminal:
     @property
     def gone(self) -> bool:
         """The shell process ended, or every holder of the terminal closed it."""
-        return self._eof or self.tty.closed or self.tty.popen.poll() is not None
+        return self._eof or self.tty.closed or self.tty.exit_status() is not None
 
     def drain(self) -> None:
         """Read everything available now."""
@@ -71,35 +71,58 @@ class Terminal:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._event.wait(), max(seconds, 0.001))
 
-    async def write(self, data: bytes) -> None:
-        """Type ``data``, waiting while the terminal's input queue is full."""
-        loop = asyncio.get_running_loop()
+    async def write(self, data: bytes, deadline: float | None = None) -> bool:
+        """Type ``data``, waiting while the terminal's input queue is full. Returns False if
+        ``deadline`` (monotonic) passed first; without one, a shell that reads none of its
+        input for a long while is taken for dead."""
+        stall_end = time.monotonic() + _WRITE_STALL_S
         view = memoryview(data)
         while view:
             if self.tty.closed:
                 raise SandboxDiedError("the shell's terminal is closed")
             try:
                 view = view[os.write(self.tty.master_fd, view) :]
+                stall_end = time.monotonic() + _WRITE_STALL_S
+                continue
             except BlockingIOError:
-                ready: asyncio.Future[None] = loop.create_future()
-
-                def wake(fut: asyncio.Future[None] = ready) -> None:
-                    if not fut.done():
-                        fut.set_result(None)
-
-                loop.add_writer(self.tty.master_fd, wake)
-                try:
-                    await asyncio.wait_for(ready, _WRITE_STALL_S)
-                except TimeoutError:
-                    raise SandboxDiedError(
-                        f"the shell read none of its input for {_WRITE_STALL_S}s"
-                    ) from None
-                finally:
-                    if not self.tty.closed:
-                        loop.remove_writer(self.tty.master_fd)
+                pass
             except OSError as exc:
                 self._eof = True
                 raise SandboxDiedError(f"cannot write to the shell: {exc}") from exc
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            if now >= stall_end:
+                raise SandboxDiedError(f"the shell read none of its input for {_WRITE_STALL_S}s")
+            await self._writable(min(0.1, (deadline or now + 0.1) - now))
+        return True
+
+    async def _writable(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_writer(self.tty.master_fd, wake)
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready, max(seconds, 0.001))
+        finally:
+            if not self.tty.closed:
+                loop.remove_writer(self.tty.master_fd)
+
+    def flush_input(self) -> None:
+        """Drop whatever was typed and not yet read (from the terminal's side: on the master,
+        a flush would drop the sandbox's output instead)."""
+        if self.tty.closed:
+            return
+        fd = os.open(self.tty.tty_path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        try:
+            termios.tcflush(fd, termios.TCIFLUSH)
+        finally:
+            os.close(fd)
 
     def foreground(self) -> int | None:
         """The terminal's foreground process group (a host PID)."""
