@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path, PurePosixPath
 
 from rollserve.errors import SandboxPathError
@@ -93,15 +95,18 @@ def tree_diff(template: Path | None, workspace: Path, scratch: Path, limit: int)
     """A git-style patch (binary files, symlinks and new files included) from ``template`` (or
     nothing) to ``workspace``, with ``a/``, ``b/`` paths; non-UTF-8 bytes are kept as
     surrogate escapes so that the patch encodes back to exactly what git produced."""
-    base = scratch / "diff"
-    base.mkdir(exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="diff-", dir=scratch))  # one per call: calls may overlap
+    try:
+        return _git_no_index(base, template, workspace, limit)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _git_no_index(base: Path, template: Path | None, workspace: Path, limit: int) -> str:
     empty = base / "empty"
-    empty.mkdir(exist_ok=True)
-    for name, target in (("a", template or empty), ("b", workspace)):
-        link = base / name
-        if link.is_symlink():
-            link.unlink()
-        link.symlink_to(target.resolve())
+    empty.mkdir()
+    (base / "a").symlink_to((template or empty).resolve())
+    (base / "b").symlink_to(workspace.resolve())
     # The host's own git configuration must not apply (pagers, external diff drivers).
     env = {
         "PATH": "/usr/bin:/bin",

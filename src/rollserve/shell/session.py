@@ -44,8 +44,10 @@ class ShellSession:
     command blocked reading the terminal is reported as waiting for input, which
     ``send_input`` answers (input the command leaves unread is discarded, never run by the
     shell) or ``interrupt`` stops. A caller that cancels a command closes the session: what the
-    command was doing is unknown. Results come from the shell's own report: whatever runs in
-    the sandbox could forge them, so rewards are never computed from them.
+    command was doing is unknown. A command that ends the shell itself (``exit``, ``exec``, a
+    failure under ``set -e``) raises ShellExitedError, as a terminal would close; open a new
+    session then. Results come from the shell's own report: whatever runs in the sandbox could
+    forge them, so rewards are never computed from them.
     """
 
     def __init__(
