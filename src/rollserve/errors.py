@@ -91,6 +91,34 @@ class ShellBusyError(RollserveError):
     http_status = 409
 
 
+class JobNotFoundError(RollserveError):
+    """No job has this id (or it outlived the result retention)."""
+
+    code = "job_not_found"
+    http_status = 404
+
+
+class QueueFullError(RollserveError):
+    """The queue is at its bound: nothing is accepted that would not be kept."""
+
+    code = "queue_full"
+    http_status = 429
+
+
+class JobConflictError(RollserveError):
+    """A job id that already names a different request."""
+
+    code = "job_conflict"
+    http_status = 409
+
+
+class LeaseLostError(RollserveError):
+    """A worker's lease on a job expired or was taken over: it must drop the job."""
+
+    code = "lease_lost"
+    http_status = 409
+
+
 # --- infrastructure failures: retried, never turned into a reward -----------------------------
 
 

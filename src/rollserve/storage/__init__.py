@@ -1,0 +1,6 @@
+"""Durable job storage with claim / lease / heartbeat semantics."""
+
+from rollserve.storage.base import JobRecord, JobStatus, JobStore, NewJob, Stage, Submitted
+from rollserve.storage.sqlite import SqliteJobStore
+
+__all__ = ["JobRecord", "JobStatus", "JobStore", "NewJob", "SqliteJobStore", "Stage", "Submitted"]

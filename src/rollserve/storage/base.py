@@ -1,0 +1,177 @@
+"""The job store Protocol: durable jobs that workers claim stage by stage under a lease.
+
+Every job moves through the stages ``init → run → eval → done``. A worker *claims* the next
+job waiting for its stage and holds a *lease* on it, renewed by heartbeats; it then *advances*
+the job to the next stage, *finishes* it, or *requeues* it after an infrastructure failure. A
+lease that is not renewed expires and the job becomes claimable again, so that a dead worker —
+or a dead node sharing the store — loses no job. Nothing in the store assumes it is the only
+process using it: SQLite serialises writers, and a PostgreSQL store would claim with
+``SELECT … FOR UPDATE SKIP LOCKED``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class Stage(enum.StrEnum):
+    """Where a job is in the pipeline."""
+
+    INIT = "init"
+    RUN = "run"
+    EVAL = "eval"
+    DONE = "done"
+
+
+class JobStatus(enum.StrEnum):
+    """The status a client sees."""
+
+    QUEUED = "queued"
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    EVALUATING = "evaluating"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
+
+
+# The status of a job waiting for, or held in, each stage.
+STAGE_STATUS = {
+    Stage.INIT: JobStatus.INITIALIZING,
+    Stage.RUN: JobStatus.RUNNING,
+    Stage.EVAL: JobStatus.EVALUATING,
+}
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job as submitted: its id and the request, kept as the JSON the client sent."""
+
+    job_id: str
+    request: dict[str, Any]
+    group_id: str | None = None
+    priority: int = 0
+
+
+@dataclass
+class JobRecord:
+    """One job as stored."""
+
+    job_id: str
+    group_id: str | None
+    request: dict[str, Any]
+    priority: int
+    stage: Stage
+    status: JobStatus
+    attempts: int
+    created: float
+    updated: float
+    lease_owner: str | None = None
+    lease_expires: float | None = None
+    node: str | None = None  # the run stage stays on the node whose init made the sandbox
+    cancel_requested: bool = False
+    stage_output: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    timing: dict[str, float] = field(default_factory=dict)
+    finished: float | None = None
+    done_seq: int | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What a submit did with one job."""
+
+    job_id: str
+    status: JobStatus
+    created: bool  # False: the id was known and the earlier job stands (idempotent submit)
+
+
+class JobStore(Protocol):
+    """Durable jobs with claim / lease / heartbeat semantics (see the module docstring)."""
+
+    def submit(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
+        """Store new jobs, all or none; an already known ``job_id`` with the same request is
+        returned as it is. Raises QueueFullError when the queue would exceed ``max_queued``
+        and JobConflictError when a known id comes with another request."""
+        ...
+
+    def get(self, job_id: str) -> JobRecord | None: ...
+
+    def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
+        """The next job waiting for ``stage`` (highest priority, then oldest), now leased to
+        ``owner``; None when there is none."""
+        ...
+
+    def heartbeat(self, job_id: str, owner: str, lease_s: float) -> bool:
+        """Renew the lease; False if ``owner`` no longer holds it or a cancel was requested
+        (the worker must then stop and call ``finish``/``release``)."""
+        ...
+
+    def advance(
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> None:
+        """Hand the job to ``stage``, unleased; ``output`` is kept for the next stage. A job
+        handed to ``run`` is claimable only by the same owner (its sandbox is there)."""
+        ...
+
+    def finish(
+        self,
+        job_id: str,
+        owner: str | None,
+        status: JobStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> None:
+        """End the job (completed, failed or cancelled) and give it its place in the results
+        feed. ``owner`` None ends an unleased job (a cancel of a queued job)."""
+        ...
+
+    def requeue(
+        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+    ) -> None:
+        """Give the job back, unleased, to wait for ``stage`` again (a retry)."""
+        ...
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Cancel a job: an unleased one ends at once; a leased one is flagged, and its
+        worker ends it. A finished job is returned unchanged."""
+        ...
+
+    def cancel_group(self, group_id: str) -> list[str]:
+        """Cancel what is left of a group; returns the ids it touched."""
+        ...
+
+    def results(self, after: int, limit: int) -> list[JobRecord]:
+        """Finished jobs in completion order, after the cursor ``after`` (a done_seq)."""
+        ...
+
+    def recover(self, alive: Callable[[str], bool]) -> list[str]:
+        """Release the leases of owners that are gone (a restart: their sandboxes are gone
+        too, so a job in ``run`` goes back to ``init``); returns the job ids released."""
+        ...
+
+    def purge(self, finished_before: float) -> int:
+        """Forget finished jobs older than the retention; returns how many."""
+        ...
+
+    def counts(self) -> dict[str, int]:
+        """Jobs by status."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,360 @@
+"""The job store on SQLite (WAL): one file, safe for several threads and processes."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
+from rollserve.storage.base import (
+    STAGE_STATUS,
+    JobRecord,
+    JobStatus,
+    NewJob,
+    Stage,
+    Submitted,
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL UNIQUE,
+    group_id TEXT,
+    request TEXT NOT NULL,
+    priority INTEGER NOT NULL DEFAULT 0,
+    stage TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner TEXT,
+    lease_expires REAL,
+    node TEXT,
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    stage_output TEXT,
+    result TEXT,
+    error TEXT,
+    timing TEXT NOT NULL DEFAULT '{}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    finished REAL,
+    done_seq INTEGER UNIQUE
+);
+CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
+CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
+"""
+
+_JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
+
+
+class SqliteJobStore:
+    """:class:`rollserve.storage.base.JobStore` in one SQLite file."""
+
+    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (BEGIN IMMEDIATE): claims never interleave,
+        whichever process holds the file."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def submit(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
+        now = self._clock()
+        out: list[Submitted] = []
+        fresh: dict[str, tuple[NewJob, str]] = {}
+        with self._write() as db:
+            for job in jobs:
+                request = json.dumps(job.request, sort_keys=True)
+                row = db.execute(
+                    "SELECT request, status FROM jobs WHERE job_id = ?", (job.job_id,)
+                ).fetchone()
+                known = (row["request"], JobStatus(row["status"])) if row else None
+                if known is None and job.job_id in fresh:
+                    known = (fresh[job.job_id][1], JobStatus.QUEUED)
+                if known is not None:
+                    if known[0] != request:
+                        raise JobConflictError(
+                            f"job {job.job_id!r} exists with another request", job_id=job.job_id
+                        )
+                    out.append(Submitted(job.job_id, known[1], created=False))
+                    continue
+                fresh[job.job_id] = (job, request)
+                out.append(Submitted(job.job_id, JobStatus.QUEUED, created=True))
+            waiting = db.execute("SELECT count(*) FROM jobs WHERE stage != 'done'").fetchone()[0]
+            if waiting + len(fresh) > max_queued:
+                raise QueueFullError(
+                    f"the queue holds {waiting} unfinished jobs; {len(fresh)} more would pass "
+                    f"its bound of {max_queued}",
+                    queued=waiting,
+                    bound=max_queued,
+                )
+            db.executemany(
+                "INSERT INTO jobs (job_id, group_id, request, priority, stage, status, created,"
+                " updated) VALUES (?, ?, ?, ?, 'init', 'queued', ?, ?)",
+                [
+                    (j.job_id, j.group_id, request, j.priority, now, now)
+                    for j, request in fresh.values()
+                ],
+            )
+        return out
+
+    def get(self, job_id: str) -> JobRecord | None:
+        rows = self._read("SELECT * FROM jobs WHERE job_id = ?", (job_id,))
+        return _record(rows[0]) if rows else None
+
+    def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
+        now = self._clock()
+        with self._write() as db:
+            row = db.execute(
+                "SELECT * FROM jobs WHERE stage = ? AND cancel_requested = 0"
+                " AND (lease_owner IS NULL OR lease_expires < ?) AND (node IS NULL OR node = ?)"
+                " ORDER BY priority DESC, seq LIMIT 1",
+                (stage.value, now, owner),
+            ).fetchone()
+            if row is None:
+                return None
+            attempts = row["attempts"] + (1 if stage == Stage.INIT else 0)
+            db.execute(
+                "UPDATE jobs SET lease_owner = ?, lease_expires = ?, status = ?, attempts = ?,"
+                " updated = ? WHERE seq = ?",
+                (owner, now + lease_s, STAGE_STATUS[stage].value, attempts, now, row["seq"]),
+            )
+        record = _record(row)
+        record.lease_owner, record.lease_expires = owner, now + lease_s
+        record.status, record.attempts = STAGE_STATUS[stage], attempts
+        return record
+
+    def heartbeat(self, job_id: str, owner: str, lease_s: float) -> bool:
+        now = self._clock()
+        with self._write() as db:
+            changed = db.execute(
+                "UPDATE jobs SET lease_expires = ?, updated = ? WHERE job_id = ?"
+                " AND lease_owner = ? AND lease_expires >= ? AND cancel_requested = 0",
+                (now + lease_s, now, job_id, owner, now),
+            ).rowcount
+        return changed == 1
+
+    def _held(self, db: sqlite3.Connection, job_id: str, owner: str) -> sqlite3.Row:
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM jobs WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        if row is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
+            raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
+        return row
+
+    def advance(
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> None:
+        now = self._clock()
+        with self._write() as db:
+            row = self._held(db, job_id, owner)
+            # The run stage needs the sandbox that init made: it stays on the owner's node.
+            node = owner if stage == Stage.RUN else None
+            db.execute(
+                "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
+                " node = ?, stage_output = ?, timing = ?, updated = ? WHERE seq = ?",
+                (
+                    stage.value,
+                    STAGE_STATUS[stage].value,
+                    node,
+                    _dump(output),
+                    _merge_timing(row, timing),
+                    now,
+                    row["seq"],
+                ),
+            )
+
+    def finish(
+        self,
+        job_id: str,
+        owner: str | None,
+        status: JobStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> None:
+        if not status.terminal:
+            raise ValueError(f"finish needs a terminal status, not {status}")
+        now = self._clock()
+        with self._write() as db:
+            if owner is None:
+                row = db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+                if row is None:
+                    raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+                if row["lease_owner"] is not None and row["lease_expires"] >= now:
+                    raise LeaseLostError(f"job {job_id!r} is held by {row['lease_owner']}")
+            else:
+                row = self._held(db, job_id, owner)
+            if row["stage"] == Stage.DONE.value:
+                return
+            done_seq = db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0]
+            db.execute(
+                "UPDATE jobs SET stage = 'done', status = ?, lease_owner = NULL,"
+                " lease_expires = NULL, node = NULL, stage_output = NULL, result = ?, error = ?,"
+                " timing = ?,"
+                " updated = ?, finished = ?, done_seq = ? WHERE seq = ?",
+                (
+                    status.value,
+                    _dump(result),
+                    _dump(error),
+                    _merge_timing(row, timing),
+                    now,
+                    now,
+                    done_seq,
+                    row["seq"],
+                ),
+            )
+
+    def requeue(
+        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+    ) -> None:
+        now = self._clock()
+        with self._write() as db:
+            row = self._held(db, job_id, owner)
+            status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
+            db.execute(
+                "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
+                " node = NULL, error = ?, updated = ? WHERE seq = ?",
+                (stage.value, status.value, _dump(error), now, row["seq"]),
+            )
+
+    def cancel(self, job_id: str) -> JobRecord:
+        now = self._clock()
+        with self._write() as db:
+            row = db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+            self._cancel_row(db, row, now)
+        record = self.get(job_id)
+        assert record is not None
+        return record
+
+    def _cancel_row(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+        if row["stage"] == Stage.DONE.value:
+            return
+        if row["lease_owner"] is not None and row["lease_expires"] >= now:
+            db.execute(
+                "UPDATE jobs SET cancel_requested = 1, updated = ? WHERE seq = ?", (now, row["seq"])
+            )
+            return
+        done_seq = db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0]
+        db.execute(
+            "UPDATE jobs SET stage = 'done', status = 'cancelled', cancel_requested = 1,"
+            " lease_owner = NULL, lease_expires = NULL, node = NULL, stage_output = NULL,"
+            " updated = ?,"
+            " finished = ?, done_seq = ? WHERE seq = ?",
+            (now, now, done_seq, row["seq"]),
+        )
+
+    def cancel_group(self, group_id: str) -> list[str]:
+        now = self._clock()
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE group_id = ? AND stage != 'done'", (group_id,)
+            ).fetchall()
+            for row in rows:
+                self._cancel_row(db, row, now)
+        return [row["job_id"] for row in rows]
+
+    def results(self, after: int, limit: int) -> list[JobRecord]:
+        rows = self._read(
+            "SELECT * FROM jobs WHERE done_seq > ? ORDER BY done_seq LIMIT ?", (after, limit)
+        )
+        return [_record(r) for r in rows]
+
+    def recover(self, alive: Callable[[str], bool]) -> list[str]:
+        now = self._clock()
+        released = []
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE stage != 'done'"
+                " AND (lease_owner IS NOT NULL OR node IS NOT NULL)"
+            ).fetchall()
+            for row in rows:
+                holder = row["lease_owner"] or row["node"]
+                if alive(holder):
+                    continue
+                # A job's sandbox lived in its node until eval: with the node gone, init and
+                # run start again; eval works from the stored run output in a fresh sandbox.
+                stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
+                status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
+                db.execute(
+                    "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL,"
+                    " lease_expires = NULL, node = NULL, updated = ? WHERE seq = ?",
+                    (stage.value, status.value, now, row["seq"]),
+                )
+                released.append(row["job_id"])
+        return released
+
+    def purge(self, finished_before: float) -> int:
+        with self._write() as db:
+            return int(
+                db.execute(
+                    "DELETE FROM jobs WHERE stage = 'done' AND finished < ?", (finished_before,)
+                ).rowcount
+            )
+
+    def counts(self) -> dict[str, int]:
+        rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
+        return {row["status"]: row["n"] for row in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _dump(value: dict[str, Any] | None) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _merge_timing(row: sqlite3.Row, timing: dict[str, float] | None) -> str:
+    merged = json.loads(row["timing"] or "{}")
+    merged.update(timing or {})
+    return json.dumps(merged)
+
+
+def _record(row: sqlite3.Row) -> JobRecord:
+    data = {key: row[key] for key in row.keys() if key != "seq"}  # noqa: SIM118
+    for key in _JSON_COLUMNS:
+        data[key] = json.loads(data[key]) if data[key] is not None else None
+    data["timing"] = data["timing"] or {}
+    data["stage"] = Stage(data["stage"])
+    data["status"] = JobStatus(data["status"])
+    data["cancel_requested"] = bool(data["cancel_requested"])
+    return JobRecord(**data)

@@ -1,0 +1,230 @@
+"""The SQLite job store: idempotent submits, exclusive claims under leases, the results feed,
+cancellation, crash recovery and retention — on a real database file."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
+from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
+
+
+class Clock:
+    """A clock the test moves by hand, so leases expire without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: Clock) -> Iterator[SqliteJobStore]:
+    db = SqliteJobStore(tmp_path / "jobs.db", clock=clock)
+    yield db
+    db.close()
+
+
+def _jobs(*ids: str, group: str | None = None, priority: int = 0) -> list[NewJob]:
+    return [NewJob(i, {"task": {"task_id": i}}, group_id=group, priority=priority) for i in ids]
+
+
+def test_submit_is_idempotent(store: SqliteJobStore) -> None:
+    first = store.submit(_jobs("a", "b"), max_queued=10)
+    assert [(s.job_id, s.created) for s in first] == [("a", True), ("b", True)]
+    again = store.submit(_jobs("a", "a", "c"), max_queued=10)
+    assert [(s.job_id, s.created) for s in again] == [("a", False), ("a", False), ("c", True)]
+    assert store.counts() == {"queued": 3}
+
+
+def test_same_id_with_another_request_is_a_conflict(store: SqliteJobStore) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    with pytest.raises(JobConflictError, match="'a'"):
+        store.submit([NewJob("a", {"task": {"task_id": "other"}})], max_queued=10)
+
+
+def test_a_full_queue_accepts_nothing(store: SqliteJobStore) -> None:
+    store.submit(_jobs("a", "b"), max_queued=3)
+    with pytest.raises(QueueFullError, match="bound of 3"):
+        store.submit(_jobs("c", "d"), max_queued=3)
+    assert store.get("c") is None  # all or nothing
+    assert [s.created for s in store.submit(_jobs("a", "c"), max_queued=3)] == [False, True]
+
+
+def test_claims_follow_priority_then_age(store: SqliteJobStore) -> None:
+    store.submit(_jobs("old"), max_queued=10)
+    store.submit(_jobs("new"), max_queued=10)
+    store.submit(_jobs("urgent", priority=5), max_queued=10)
+    order = [store.claim(Stage.INIT, "node-1", 30) for _ in range(4)]
+    assert [j.job_id if j else None for j in order] == ["urgent", "old", "new", None]
+    claimed = store.get("old")
+    assert claimed is not None
+    assert (claimed.status, claimed.attempts, claimed.lease_owner) == (
+        JobStatus.INITIALIZING,
+        1,
+        "node-1",
+    )
+
+
+def test_claims_are_exclusive_across_connections(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    SqliteJobStore(path).submit(_jobs(*(f"j{i}" for i in range(200))), max_queued=1000)
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def worker(node: str) -> None:
+        store = SqliteJobStore(path)  # its own connection, as another process would have
+        while (job := store.claim(Stage.INIT, node, 30)) is not None:
+            with lock:
+                got.append(job.job_id)
+        store.close()
+
+    threads = [threading.Thread(target=worker, args=(f"node-{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(f"j{i}" for i in range(200))
+
+
+def test_lease_expiry_heartbeat_and_takeover(store: SqliteJobStore, clock: Clock) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    assert store.claim(Stage.INIT, "node-1", 10) is not None
+    clock.now += 8
+    assert store.heartbeat("a", "node-1", 10)
+    clock.now += 8  # renewed: still held
+    assert store.claim(Stage.INIT, "node-2", 10) is None
+    clock.now += 11  # expired: another node takes it over, as a second attempt
+    taken = store.claim(Stage.INIT, "node-2", 10)
+    assert taken is not None and taken.attempts == 2
+    assert not store.heartbeat("a", "node-1", 10)
+    with pytest.raises(LeaseLostError):
+        store.advance("a", "node-1", Stage.RUN)
+
+
+def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: SqliteJobStore) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "node-1", 30)
+    store.advance("a", "node-1", Stage.RUN, timing={"init_s": 0.5})
+    assert store.claim(Stage.RUN, "node-2", 30) is None  # the sandbox is on node-1
+    run = store.claim(Stage.RUN, "node-1", 30)
+    assert run is not None and run.status == JobStatus.RUNNING
+    store.advance("a", "node-1", Stage.EVAL, output={"patch": "diff"}, timing={"run_s": 2.0})
+    evaluation = store.claim(Stage.EVAL, "node-2", 30)  # eval runs anywhere, in a fresh sandbox
+    assert evaluation is not None and evaluation.stage_output == {"patch": "diff"}
+    store.finish("a", "node-2", JobStatus.COMPLETED, result={"reward": 1.0}, timing={"eval_s": 1.0})
+    done = store.get("a")
+    assert done is not None
+    assert (done.status, done.result, done.stage_output) == (
+        JobStatus.COMPLETED,
+        {"reward": 1.0},
+        None,
+    )
+    assert done.timing == {"init_s": 0.5, "run_s": 2.0, "eval_s": 1.0}
+    with pytest.raises(LeaseLostError):
+        store.finish("a", "node-2", JobStatus.FAILED)
+
+
+def test_results_feed_in_completion_order(store: SqliteJobStore) -> None:
+    store.submit(_jobs("a", "b", "c"), max_queued=10)
+    for _ in range(3):
+        store.claim(Stage.INIT, "n", 30)
+    for job_id in ("c", "a", "b"):
+        store.finish(job_id, "n", JobStatus.COMPLETED, result={"id": job_id})
+    first = store.results(after=0, limit=2)
+    assert [r.job_id for r in first] == ["c", "a"]
+    rest = store.results(after=first[-1].done_seq or 0, limit=10)
+    assert [r.job_id for r in rest] == ["b"]
+    assert store.results(after=rest[-1].done_seq or 0, limit=10) == []
+
+
+def test_cancel_queued_at_once_running_by_flag(store: SqliteJobStore) -> None:
+    store.submit(_jobs("q", "r", "s", group="g"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)  # q is running
+    assert store.cancel("r").status == JobStatus.CANCELLED
+    running = store.cancel("q")
+    assert running.status == JobStatus.INITIALIZING and running.cancel_requested
+    assert not store.heartbeat("q", "n", 30)  # the worker learns it must stop
+    store.finish("q", "n", JobStatus.CANCELLED)
+    assert sorted(store.cancel_group("g")) == ["s"]
+    assert [r.job_id for r in store.results(0, 10)] == ["r", "q", "s"]
+    with pytest.raises(JobNotFoundError):
+        store.cancel("nope")
+
+
+def test_infrastructure_retry_requeues(store: SqliteJobStore) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.requeue("a", "n", Stage.INIT, error={"code": "sandbox_died"})
+    again = store.claim(Stage.INIT, "n", 30)
+    assert again is not None
+    assert (again.attempts, again.error) == (2, {"code": "sandbox_died"})
+
+
+def _claimed_id(store: SqliteJobStore, stage: Stage) -> str | None:
+    job = store.claim(stage, "dead-node", 30)
+    return job.job_id if job else None
+
+
+def test_recover_after_a_crash(tmp_path: Path, clock: Clock) -> None:
+    path = tmp_path / "jobs.db"
+    before = SqliteJobStore(path, clock=clock)
+    before.submit(_jobs("init", "waiting-run", "run", "eval", "queued"), max_queued=10)
+    claimed = [before.claim(Stage.INIT, "dead-node", 30) for _ in range(4)]
+    assert [j.job_id for j in claimed if j] == ["init", "waiting-run", "run", "eval"]
+    before.advance("eval", "dead-node", Stage.RUN)
+    assert _claimed_id(before, Stage.RUN) == "eval"
+    before.advance("eval", "dead-node", Stage.EVAL, output={"patch": "p"})
+    assert before.claim(Stage.EVAL, "dead-node", 30) is not None
+    before.advance("run", "dead-node", Stage.RUN)
+    assert _claimed_id(before, Stage.RUN) == "run"
+    before.advance("waiting-run", "dead-node", Stage.RUN)  # init done, waiting for a run slot
+    before._db.close()  # a SIGKILL: no orderly close
+
+    after = SqliteJobStore(path, clock=clock)
+    released = after.recover(alive=lambda node: node != "dead-node")
+    assert sorted(released) == ["eval", "init", "run", "waiting-run"]
+    records = {j: after.get(j) for j in ("init", "waiting-run", "run", "eval", "queued")}
+    stages = {j: r.stage for j, r in records.items() if r is not None}
+    assert stages == {
+        "init": Stage.INIT,
+        "waiting-run": Stage.INIT,
+        "run": Stage.INIT,
+        "eval": Stage.EVAL,
+        "queued": Stage.INIT,
+    }
+    evaluation = after.claim(Stage.EVAL, "new-node", 30)
+    assert evaluation is not None and evaluation.stage_output == {"patch": "p"}
+    after.close()
+
+
+def test_retention_purges_old_results(store: SqliteJobStore, clock: Clock) -> None:
+    store.submit(_jobs("old", "new"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.finish("old", "n", JobStatus.COMPLETED)
+    clock.now += 100
+    store.claim(Stage.INIT, "n", 30)
+    store.finish("new", "n", JobStatus.COMPLETED)
+    assert store.purge(finished_before=clock.now - 50) == 1
+    assert store.get("old") is None and store.get("new") is not None
+
+
+def test_jobs_survive_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    first = SqliteJobStore(path)
+    first.submit(_jobs("a"), max_queued=10)
+    first.close()
+    second = SqliteJobStore(path)
+    job = second.get("a")
+    assert job is not None and job.request == {"task": {"task_id": "a"}}
+    second.close()
