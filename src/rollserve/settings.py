@@ -49,6 +49,19 @@ class Settings(BaseSettings):
     apptainer_userns: bool = Field(True, description="pass --userns (no setuid starter needed)")
     cgroup_root: Path = Path("/sys/fs/cgroup")
     sandbox_start_timeout_s: float = 60.0
+    # The pipeline: each stage has its own pool, and active-time limits (queueing never counts).
+    init_workers: int = Field(8, ge=1)
+    run_workers: int = Field(64, ge=1)
+    eval_workers: int = Field(8, ge=1)
+    max_queued: int = Field(10_000, ge=1, description="unfinished jobs accepted at most")
+    init_timeout_s: float = Field(300.0, gt=0)
+    run_timeout_s: float = Field(3600.0, gt=0)
+    eval_timeout_s: float = Field(1800.0, gt=0)
+    evaluate_timed_out_runs: bool = True
+    max_attempts: int = Field(3, ge=1, description="tries of a job hit by infrastructure failures")
+    retry_backoff_s: float = Field(1.0, ge=0)
+    lease_s: float = Field(30.0, gt=0, description="a worker's hold on a job between heartbeats")
+    result_retention_s: float = Field(7 * 24 * 3600.0, gt=0)
     ci: bool = Field(
         False,
         validation_alias=AliasChoices("CI", "ROLLSERVE_CI"),
@@ -59,6 +72,11 @@ class Settings(BaseSettings):
     def state_dir(self) -> Path:
         """One directory per live sandbox; what a crashed process left is reaped from here."""
         return self.data_dir / "sandboxes"
+
+    @property
+    def job_db(self) -> Path:
+        """The SQLite job store."""
+        return self.data_dir / "jobs.db"
 
     @property
     def image_dir(self) -> Path:

@@ -1,0 +1,1 @@
+"""Agents: drive an episode in a sandbox, registered by name."""

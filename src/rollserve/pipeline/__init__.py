@@ -1,0 +1,1 @@
+"""The pipeline: init → run → eval on independent worker pools."""

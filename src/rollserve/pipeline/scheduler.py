@@ -1,0 +1,277 @@
+"""The scheduler: three stages, each with its own worker pool, claiming jobs from the store.
+
+A slow evaluation holds an eval worker, never a run worker. Each worker holds a lease on its
+job and renews it by heartbeat; a cancel request (or a lost lease) stops the job's work at once
+and frees its sandbox. Infrastructure failures are retried with backoff up to ``max_attempts``
+and then end the job as ``failed`` with the error — never as a reward of 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from typing import Any
+
+from rollserve.errors import InfrastructureError, LeaseLostError, RollserveError
+from rollserve.pipeline.stages import StageRunner
+from rollserve.sandbox import SandboxInstance, procfs
+from rollserve.schema.jobs import JobRequest
+from rollserve.settings import Settings
+from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
+from rollserve.tasks.base import RunOutput
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.5  # how often idle workers look for work another node may have queued
+
+
+def node_id() -> str:
+    """This process as a lease owner: host, PID and start time (unique across restarts)."""
+    pid = os.getpid()
+    return f"{socket.gethostname()}:{pid}:{procfs.start_ticks(pid) or 0}"
+
+
+def node_alive(owner: str) -> bool:
+    """Whether a lease owner on this host still runs (other hosts: leases expire instead)."""
+    host, _, rest = owner.partition(":")
+    pid, _, ticks = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not ticks.isdigit():
+        return True
+    return procfs.is_same_process(int(pid), int(ticks))
+
+
+class Scheduler:
+    """Runs the pipeline's worker pools for one node."""
+
+    def __init__(self, settings: Settings, store: JobStore, runner: StageRunner) -> None:
+        self.settings = settings
+        self.store = store
+        self.runner = runner
+        self.node = node_id()
+        self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
+        self._active: dict[str, asyncio.Task[Any]] = {}
+        self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
+        self._workers: list[asyncio.Task[None]] = []
+        self.busy = {stage: 0 for stage in self._wake}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take back the jobs of dead nodes on this host, then start the worker pools."""
+        released = await asyncio.to_thread(self.store.recover, node_alive)
+        if released:
+            log.warning("re-queued %d jobs of a previous run: %s", len(released), released)
+        pools = {
+            Stage.INIT: self.settings.init_workers,
+            Stage.RUN: self.settings.run_workers,
+            Stage.EVAL: self.settings.eval_workers,
+        }
+        for stage, size in pools.items():
+            self._workers += [
+                asyncio.create_task(self._worker(stage), name=f"{stage}-{i}") for i in range(size)
+            ]
+
+    async def stop(self) -> None:
+        """Stop the workers; jobs in flight keep their leases, which the next start (or
+        another node, once they expire) takes back."""
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+        for sandbox in self._held.values():
+            if sandbox is not None:
+                await self.runner.sandboxes.close(sandbox)
+        self._held.clear()
+
+    def wake(self, stage: Stage = Stage.INIT) -> None:
+        """New work for ``stage`` (a submit, a finished earlier stage)."""
+        self._wake[stage].set()
+
+    async def cancel(self, job_id: str) -> None:
+        """Stop the job's work on this node now (the store already marked it cancelled)."""
+        task = self._active.get(job_id)
+        if task is not None:
+            task.cancel()
+        sandbox = self._held.pop(job_id, None)
+        if sandbox is not None:
+            await self.runner.sandboxes.close(sandbox)
+
+    # -- workers ---------------------------------------------------------------------------------
+
+    async def _worker(self, stage: Stage) -> None:
+        while True:
+            job = await asyncio.to_thread(self.store.claim, stage, self.node, self.settings.lease_s)
+            if job is None:
+                self._wake[stage].clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake[stage].wait(), _POLL_S)
+                continue
+            self.busy[stage] += 1
+            try:
+                await self._process(stage, job)
+            except Exception:  # a bug must not take the worker down with it
+                log.exception("worker %s failed on job %s", stage, job.job_id)
+            finally:
+                self.busy[stage] -= 1
+
+    async def _process(self, stage: Stage, job: JobRecord) -> None:
+        work = asyncio.current_task()
+        assert work is not None
+        inner = asyncio.ensure_future(self._stage(stage, job))
+        self._active[job.job_id] = inner
+        beat = asyncio.create_task(self._heartbeat(job.job_id, inner))
+        try:
+            await inner
+        except asyncio.CancelledError:
+            if work.cancelling():  # the worker itself is being stopped
+                raise
+            await self._stopped(job.job_id)
+        except LeaseLostError:
+            log.warning("job %s: lease lost, another worker has it", job.job_id)
+        finally:
+            beat.cancel()
+            self._active.pop(job.job_id, None)
+
+    async def _heartbeat(self, job_id: str, work: asyncio.Future[Any]) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_s / 3)
+            ok = await asyncio.to_thread(
+                self.store.heartbeat, job_id, self.node, self.settings.lease_s
+            )
+            if not ok:
+                work.cancel()  # cancelled by a client, or taken over: stop at once
+                return
+
+    async def _stopped(self, job_id: str) -> None:
+        """The job's work was cancelled: end it as cancelled if a client asked for it."""
+        sandbox = self._held.pop(job_id, None)
+        if sandbox is not None:
+            await self.runner.sandboxes.close(sandbox)
+        record = await asyncio.to_thread(self.store.get, job_id)
+        if record is not None and record.cancel_requested and record.lease_owner == self.node:
+            await asyncio.to_thread(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
+
+    async def _stage(self, stage: Stage, job: JobRecord) -> None:
+        request = JobRequest.model_validate(job.request)
+        started = time.monotonic()
+        try:
+            if stage == Stage.INIT:
+                await self._init(job, request, started)
+            elif stage == Stage.RUN:
+                await self._run(job, request, started)
+            else:
+                await self._eval(job, request, started)
+        except InfrastructureError as exc:
+            await self._infrastructure_failure(job, exc)
+        except TimeoutError:
+            await self._infrastructure_failure(
+                job, InfrastructureError(f"the {stage} stage timed out", stage=stage.value)
+            )
+        except RollserveError as exc:  # bad input found late: not worth retrying
+            await self._fail(job, exc)
+
+    async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
+        async with asyncio.timeout(_timeout(request, "init_s", self.settings.init_timeout_s)):
+            sandbox = await self.runner.init(request)
+        self._held[job.job_id] = sandbox
+        queued = max(0.0, time.time() - job.created - (time.monotonic() - started))
+        timing = {
+            "queued_s": queued if job.attempts == 1 else job.timing.get("queued_s", queued),
+            "init_s": time.monotonic() - started,
+        }
+        await asyncio.to_thread(self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing)
+        self.wake(Stage.RUN)
+
+    async def _run(self, job: JobRecord, request: JobRequest, started: float) -> None:
+        if job.job_id not in self._held:  # the sandbox did not survive (a restart): redo init
+            await asyncio.to_thread(self.store.requeue, job.job_id, self.node, Stage.INIT)
+            self.wake(Stage.INIT)
+            return
+        sandbox = self._held[job.job_id]
+        try:
+            output = await self.runner.run(
+                request, sandbox, _timeout(request, "run_s", self.settings.run_timeout_s)
+            )
+        finally:
+            self._held.pop(job.job_id, None)
+            if sandbox is not None:  # released before evaluation starts
+                await self.runner.sandboxes.close(sandbox)
+        timing = {"run_s": time.monotonic() - started}
+        if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
+            await self._complete(job, request, output, timing, evaluate=False)
+            return
+        await asyncio.to_thread(
+            self.store.advance,
+            job.job_id,
+            self.node,
+            Stage.EVAL,
+            output=output.to_json(),
+            timing=timing,
+        )
+        self.wake(Stage.EVAL)
+
+    async def _eval(self, job: JobRecord, request: JobRequest, started: float) -> None:
+        output = RunOutput.from_json(job.stage_output or {})
+        await self._complete(job, request, output, {}, evaluate=True, started=started)
+
+    async def _complete(
+        self,
+        job: JobRecord,
+        request: JobRequest,
+        output: RunOutput,
+        timing: dict[str, float],
+        *,
+        evaluate: bool,
+        started: float | None = None,
+    ) -> None:
+        limit = _timeout(request, "eval_s", self.settings.eval_timeout_s)
+        if evaluate:
+            begun = started or time.monotonic()
+            try:
+                async with asyncio.timeout(limit):
+                    result = await self.runner.evaluate(request, output)
+            except TimeoutError:
+                # The submission made the evaluation hang: it scores 0, with the reason.
+                result = self.runner.unscored(output, f"evaluation exceeded {limit}s")
+            timing = {**timing, "eval_s": time.monotonic() - begun}
+        else:
+            result = self.runner.unscored(output, "the run timed out and was not evaluated")
+        await asyncio.to_thread(
+            self.store.finish,
+            job.job_id,
+            self.node,
+            JobStatus.COMPLETED,
+            result=result.model_dump(mode="json"),
+            timing=timing,
+        )
+
+    async def _infrastructure_failure(self, job: JobRecord, exc: RollserveError) -> None:
+        sandbox = self._held.pop(job.job_id, None)
+        if sandbox is not None:
+            await self.runner.sandboxes.close(sandbox)
+        error = {"code": exc.code, "message": exc.message, "details": exc.details}
+        if job.attempts >= self.settings.max_attempts:
+            await self._fail(job, exc)
+            return
+        log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
+        await asyncio.sleep(self.settings.retry_backoff_s * 2 ** (job.attempts - 1))
+        await asyncio.to_thread(self.store.requeue, job.job_id, self.node, Stage.INIT, error=error)
+        self.wake(Stage.INIT)
+
+    async def _fail(self, job: JobRecord, exc: RollserveError) -> None:
+        sandbox = self._held.pop(job.job_id, None)
+        if sandbox is not None:
+            await self.runner.sandboxes.close(sandbox)
+        error = {"code": exc.code, "message": exc.message, "details": exc.details}
+        await asyncio.to_thread(
+            self.store.finish, job.job_id, self.node, JobStatus.FAILED, error=error
+        )
+
+
+def _timeout(request: JobRequest, name: str, default: float) -> float:
+    value = getattr(request.timeouts, name, None) if request.timeouts else None
+    return float(value) if value is not None else default

@@ -1,0 +1,133 @@
+"""What each pipeline stage does to one job: init makes and prepares the run sandbox, run drives
+the agent, eval scores the outcome (in a fresh sandbox when the task needs one)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from rollserve.agents.base import Agent, RunContext
+from rollserve.registry import Registry
+from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
+from rollserve.sandbox.base import Sandbox
+from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest, RolloutResult
+from rollserve.schema.sandbox import SandboxSpec
+from rollserve.settings import Settings
+from rollserve.tasks.base import RunOutput, TaskHandler
+
+
+@dataclass
+class Plugins:
+    """The handlers and agents a pipeline knows, by name."""
+
+    handlers: Registry[TaskHandler]
+    agents: Registry[Agent]
+
+
+def agent_config(request: JobRequest) -> AgentConfig:
+    return request.agent or AgentConfig()
+
+
+def validate(request: JobRequest, plugins: Plugins, sandboxes: SandboxManager) -> None:
+    """Everything about a request that can be checked before it is queued: the task kind, the
+    agent, the sandbox backend, kind- and agent-specific fields. Raises InvalidInputError."""
+    handler = plugins.handlers.get(request.task.kind)
+    handler.validate(request.task)
+    config = agent_config(request)
+    plugins.agents.get(config.name).validate(config)
+    if request.task.sandbox is not None and request.task.sandbox.backend is not None:
+        sandboxes.backends.get(request.task.sandbox.backend)
+
+
+def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
+    """The sandbox spec from the server's defaults and the task's own choices."""
+    ref = request.task.sandbox
+    fields: dict[str, Any] = {}
+    if ref is not None:
+        if ref.image is not None:
+            fields["image"] = ref.image
+        fields["network"] = ref.network
+        if ref.limits is not None:
+            fields["limits"] = ref.limits
+    backend = (ref.backend if ref and ref.backend else None) or settings.default_sandbox_backend
+    return spec_for(backend, **fields)
+
+
+class StageRunner:
+    """The work of the three stages, given the node's sandboxes and plug-ins."""
+
+    def __init__(self, settings: Settings, sandboxes: SandboxManager, plugins: Plugins) -> None:
+        self.settings = settings
+        self.sandboxes = sandboxes
+        self.plugins = plugins
+
+    async def init(self, request: JobRequest) -> SandboxInstance | None:
+        handler = self.plugins.handlers.get(request.task.kind)
+        spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
+        if spec is None:
+            return None
+        sandbox = await self.sandboxes.start(spec)
+        try:
+            await handler.prepare(request.task, sandbox)
+        except BaseException:
+            await self.sandboxes.close(sandbox)
+            raise
+        return sandbox
+
+    async def run(
+        self, request: JobRequest, sandbox: Sandbox | None, timeout_s: float
+    ) -> RunOutput:
+        """The episode; one cut off by its time limit keeps what it recorded (``timeout``)."""
+        config = agent_config(request)
+        agent = self.plugins.agents.get(config.name)
+        context = RunContext(request=request)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await agent.run(sandbox, config, context)
+        except TimeoutError:
+            return RunOutput(
+                exit_reason=ExitReason.TIMEOUT,
+                submission=context.submission,
+                messages=context.messages,
+                turns=context.turns,
+            )
+
+    @staticmethod
+    def unscored(output: RunOutput, reason: str) -> RolloutResult:
+        """A result with reward 0 because the run's outcome could not be scored."""
+        return RolloutResult(
+            reward=0.0,
+            evaluation={"error": reason},
+            exit_reason=output.exit_reason,
+            messages=output.messages,
+            turns=output.turns,
+            tokens=output.tokens,
+        )
+
+    async def evaluate(self, request: JobRequest, output: RunOutput) -> RolloutResult:
+        handler = self.plugins.handlers.get(request.task.kind)
+
+        @asynccontextmanager
+        async def fresh_sandbox() -> AsyncIterator[Sandbox]:
+            spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
+            if spec is None:
+                raise RuntimeError(f"task kind {request.task.kind!r} has no sandbox to open")
+            sandbox = await self.sandboxes.start(spec)
+            try:
+                yield sandbox
+            finally:
+                await self.sandboxes.close(sandbox)
+
+        evaluation = await handler.evaluate(request.task, output, fresh_sandbox)
+        return RolloutResult(
+            reward=evaluation.reward,
+            evaluation=evaluation.details,
+            exit_reason=output.exit_reason,
+            messages=output.messages,
+            turns=output.turns,
+            patch=evaluation.patch,
+            tokens=output.tokens,
+        )

@@ -1,0 +1,130 @@
+"""Jobs on the wire: what a trainer submits and what it gets back (DESIGN.md, Contracts)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rollserve.schema.sandbox import SandboxLimits
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SandboxRef(_Model):
+    """A backend-neutral sandbox reference; omitted parts take the server's defaults."""
+
+    backend: str | None = None
+    image: str | None = None
+    network: bool = False
+    limits: SandboxLimits | None = None
+
+
+class Task(BaseModel):
+    """One problem. Kind-specific fields (``answer``, ``test_patch`` …) ride along and are
+    validated by the task handler registered under ``kind``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    task_id: str = Field(min_length=1)
+    kind: str = Field(min_length=1, description="the task handler's name")
+    prompt: str = ""
+    sandbox: SandboxRef | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentConfig(BaseModel):
+    """Which agent runs the episode, with its limits; agent-specific fields ride along."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: str = "tool"
+    max_turns: int = Field(30, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    command_timeout_s: float = Field(120.0, gt=0)
+
+
+class Sampling(_Model):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    seed: int | None = None
+
+
+class StageTimeouts(_Model):
+    """Active time allowed per stage; waiting in a queue never counts."""
+
+    init_s: float | None = Field(None, gt=0)
+    run_s: float | None = Field(None, gt=0)
+    eval_s: float | None = Field(None, gt=0)
+
+
+class JobRequest(_Model):
+    """One job: a task, how to run it, and with which model."""
+
+    job_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="client-chosen id: makes the submit idempotent",
+    )
+    group_id: str | None = None
+    task: Task
+    agent: AgentConfig | None = None
+    sampling: Sampling | None = None
+    model: str | None = None
+    timeouts: StageTimeouts | None = None
+    priority: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExitReason(enum.StrEnum):
+    """Why an episode ended."""
+
+    SUBMITTED = "submitted"
+    MAX_TURNS = "max_turns"
+    MAX_TOKENS = "max_tokens"
+    TIMEOUT = "timeout"
+    AGENT_ERROR = "agent_error"
+
+
+class RolloutResult(_Model):
+    """The outcome of a completed job."""
+
+    reward: float
+    evaluation: dict[str, Any] = Field(default_factory=dict)
+    exit_reason: ExitReason
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    turns: int = 0
+    patch: str | None = None
+    tokens: dict[str, Any] | None = None
+
+
+class JobTiming(_Model):
+    """Seconds spent queued and in each stage (active time)."""
+
+    queued_s: float = 0.0
+    init_s: float = 0.0
+    run_s: float = 0.0
+    eval_s: float = 0.0
+
+
+class JobErrorInfo(_Model):
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobView(_Model):
+    """A job as a client sees it."""
+
+    job_id: str
+    group_id: str | None = None
+    status: str
+    attempts: int = 0
+    timing: JobTiming = Field(default_factory=JobTiming)
+    result: RolloutResult | None = None
+    error: JobErrorInfo | None = None

@@ -1,0 +1,1 @@
+"""Task handlers: one per kind of task, registered by name."""

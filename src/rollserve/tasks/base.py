@@ -1,0 +1,82 @@
+"""The task handler Protocol: how a kind of task is set up in a sandbox and scored."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rollserve.sandbox.base import Sandbox
+from rollserve.schema.jobs import ExitReason, Task
+from rollserve.schema.sandbox import SandboxSpec
+
+# Opens a fresh sandbox of the task's spec for evaluation, closed when the block ends.
+SandboxOpener = Callable[[], AbstractAsyncContextManager[Sandbox]]
+
+
+@dataclass
+class RunOutput:
+    """What the run stage hands to evaluation: kept in the job store, so that evaluation can
+    resume after a restart."""
+
+    exit_reason: ExitReason
+    submission: str | None = None  # the answer, or the patch of a repository task
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    tokens: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit_reason": self.exit_reason.value,
+            "submission": self.submission,
+            "messages": self.messages,
+            "turns": self.turns,
+            "tokens": self.tokens,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunOutput:
+        return cls(
+            exit_reason=ExitReason(data["exit_reason"]),
+            submission=data["submission"],
+            messages=data["messages"],
+            turns=data["turns"],
+            tokens=data["tokens"],
+        )
+
+
+@dataclass
+class Evaluation:
+    """A score and what it rests on (tests passed/failed, verifier output)."""
+
+    reward: float
+    details: dict[str, Any] = field(default_factory=dict)
+    patch: str | None = None  # the patch that was scored, for tasks on a repository
+
+
+class TaskHandler(Protocol):
+    """A kind of task (``swe``, ``math``, ``code`` …), registered under its ``name``."""
+
+    name: str
+
+    def validate(self, task: Task) -> None:
+        """Raise InvalidInputError naming the field when kind-specific fields are wrong."""
+        ...
+
+    def sandbox_spec(self, task: Task, base: SandboxSpec) -> SandboxSpec | None:
+        """The run sandbox (``base`` holds the server's defaults and the task's own
+        choices); None when the task needs no sandbox."""
+        ...
+
+    async def prepare(self, task: Task, sandbox: Sandbox) -> None:
+        """Lay out the workspace before the agent starts."""
+        ...
+
+    async def evaluate(
+        self, task: Task, output: RunOutput, open_sandbox: SandboxOpener
+    ) -> Evaluation:
+        """Score the run; a fresh sandbox comes from ``open_sandbox`` when one is needed.
+        An agent's submission that breaks the evaluation scores 0 with the reason; only a
+        failure of rollserve's own machinery raises (an InfrastructureError)."""
+        ...

@@ -1,0 +1,221 @@
+"""The three-stage pipeline on real sandboxes: decoupled pools, cancellation at every stage,
+per-stage timeouts, retries of infrastructure failures, idempotent submits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollserve.errors import InvalidInputError, UnknownNameError
+from rollserve.schema.jobs import JobRequest, RolloutResult
+from rollserve.storage import JobStatus, Stage
+from tests.pipeline.conftest import Pipeline, echo_request
+
+
+def _no_sandboxes_left(pipe: Pipeline) -> None:
+    state_dir: Path = pipe.sandboxes.settings.state_dir
+    assert list(state_dir.iterdir()) == [] if state_dir.exists() else True
+    assert pipe.sandboxes.live == {}
+
+
+async def test_a_job_goes_through_all_stages(pipeline_factory: Callable[..., Any]) -> None:
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("hello"))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.COMPLETED and record.attempts == 1
+        result = RolloutResult.model_validate(record.result)
+        assert (result.reward, result.exit_reason, result.turns) == (1.0, "submitted", 1)
+        assert set(record.timing) == {"queued_s", "init_s", "run_s", "eval_s"}
+        _no_sandboxes_left(pipe)
+
+
+async def test_a_slow_evaluation_never_holds_the_run_stage(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(eval_workers=1, run_workers=4) as pipe:
+        ids = pipe.submit(*(echo_request(f"p{i}", eval_delay_s=1.0) for i in range(6)))
+        runs_done_at = None
+        done_when_runs_done = None
+        end = time.monotonic() + 60
+        while time.monotonic() < end:
+            records = [pipe.store.get(j) for j in ids]
+            stages = [r.stage for r in records if r is not None]
+            if runs_done_at is None and all(s in (Stage.EVAL, Stage.DONE) for s in stages):
+                runs_done_at = time.monotonic()
+                done_when_runs_done = stages.count(Stage.DONE)
+            if all(s == Stage.DONE for s in stages):
+                break
+            await asyncio.sleep(0.02)
+        finished_at = time.monotonic()
+        assert runs_done_at is not None and done_when_runs_done is not None
+        # Every run finished while most evaluations still waited for the one eval worker.
+        assert done_when_runs_done <= 2
+        assert finished_at - runs_done_at > 3.0
+        records = await pipe.wait(ids)
+        assert all(r.status == JobStatus.COMPLETED for r in records)
+        _no_sandboxes_left(pipe)
+
+
+async def _cancel(pipe: Pipeline, job_id: str) -> None:
+    pipe.store.cancel(job_id)
+    await pipe.scheduler.cancel(job_id)
+
+
+@pytest.mark.parametrize(
+    ("stage_status", "request_fields"),
+    [
+        (JobStatus.INITIALIZING, {"init_delay_s": 30}),
+        (JobStatus.RUNNING, {"commands": ["sleep 30"]}),
+        (JobStatus.EVALUATING, {"eval_delay_s": 30}),
+    ],
+)
+async def test_cancellation_frees_the_sandbox_at_every_stage(
+    pipeline_factory: Callable[..., Any], stage_status: JobStatus, request_fields: dict[str, Any]
+) -> None:
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("c", **request_fields))
+        await pipe.until(job_id, lambda r: r.status == stage_status)
+        await asyncio.sleep(0.3)  # well inside the stage
+        started = time.monotonic()
+        await _cancel(pipe, job_id)
+        [record] = await pipe.wait([job_id], timeout=10)
+        assert record.status == JobStatus.CANCELLED
+        assert time.monotonic() - started < 5
+        await asyncio.sleep(0.2)
+        _no_sandboxes_left(pipe)
+
+
+async def test_cancelling_a_queued_job_and_a_group(pipeline_factory: Callable[..., Any]) -> None:
+    async with pipeline_factory(init_workers=1, run_workers=1) as pipe:
+        busy = echo_request("busy", commands=["sleep 30"])
+        group = [echo_request(f"g{i}").model_copy(update={"group_id": "grp"}) for i in range(3)]
+        [busy_id, *group_ids] = pipe.submit(busy, *group)
+        await pipe.until(busy_id, lambda r: r.status == JobStatus.RUNNING)
+        touched = pipe.store.cancel_group("grp")
+        for job_id in touched:
+            await pipe.scheduler.cancel(job_id)
+        records = await pipe.wait(group_ids, timeout=10)
+        assert all(r.status == JobStatus.CANCELLED for r in records)
+        await _cancel(pipe, busy_id)
+        await pipe.wait([busy_id], timeout=10)
+        await asyncio.sleep(0.2)
+        _no_sandboxes_left(pipe)
+
+
+async def test_run_timeout_keeps_the_partial_episode_and_evaluates_it(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        request = JobRequest.model_validate(
+            {
+                **echo_request("t", commands=["echo started", "sleep 30"]).model_dump(),
+                "timeouts": {"run_s": 1.5},
+            }
+        )
+        [job_id] = pipe.submit(request)
+        [record] = await pipe.wait([job_id])
+        result = RolloutResult.model_validate(record.result)
+        assert record.status == JobStatus.COMPLETED
+        assert (result.exit_reason, result.reward, result.turns) == ("timeout", 0.0, 1)
+        assert result.messages[1]["content"] == "started\n"
+        assert result.evaluation == {"matched": False}
+
+
+async def test_an_evaluation_that_hangs_scores_zero_with_the_reason(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        request = JobRequest.model_validate(
+            {**echo_request("e", eval_delay_s=30).model_dump(), "timeouts": {"eval_s": 1.0}}
+        )
+        [job_id] = pipe.submit(request)
+        [record] = await pipe.wait([job_id])
+        result = RolloutResult.model_validate(record.result)
+        assert record.status == JobStatus.COMPLETED and result.reward == 0.0
+        assert "exceeded" in result.evaluation["error"]
+        _no_sandboxes_left(pipe)
+
+
+async def test_infrastructure_failures_are_retried_then_succeed(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("r", fail_init=2))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.COMPLETED and record.attempts == 3
+        assert RolloutResult.model_validate(record.result).reward == 1.0
+
+
+async def test_persistent_infrastructure_failure_fails_the_job(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(max_attempts=2) as pipe:
+        request = JobRequest.model_validate(
+            {**echo_request("f", init_delay_s=30).model_dump(), "timeouts": {"init_s": 0.5}}
+        )
+        [job_id] = pipe.submit(request)
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.FAILED and record.attempts == 2
+        assert record.result is None  # never a reward of 0
+        assert record.error is not None and record.error["code"] == "infrastructure"
+        _no_sandboxes_left(pipe)
+
+
+async def test_the_same_job_id_runs_once(pipeline_factory: Callable[..., Any]) -> None:
+    async with pipeline_factory() as pipe:
+        request = echo_request("once").model_copy(update={"job_id": "fixed"})
+        assert pipe.submit(request) == ["fixed"]
+        assert pipe.submit(request) == ["fixed"]
+        await pipe.wait(["fixed"])
+        pipe.submit(request)
+        await asyncio.sleep(0.5)
+        assert pipe.echo.evaluations == 1
+
+
+async def test_bad_requests_are_refused_before_queueing(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        with pytest.raises(UnknownNameError, match="known: echo"):
+            pipe.submit(JobRequest.model_validate({"task": {"task_id": "x", "kind": "nope"}}))
+        with pytest.raises(InvalidInputError, match="'commands'"):
+            pipe.submit(
+                JobRequest.model_validate(
+                    {"task": {"task_id": "x", "kind": "echo"}, "agent": {"name": "script"}}
+                )
+            )
+        with pytest.raises(UnknownNameError, match="sandbox backend"):
+            pipe.submit(
+                JobRequest.model_validate(
+                    {
+                        "task": {"task_id": "x", "kind": "echo", "sandbox": {"backend": "docker"}},
+                        "agent": {"name": "submit", "submission": "x"},
+                    }
+                )
+            )
+        assert pipe.store.counts() == {}
+
+
+async def test_submit_agent_evaluates_a_given_submission(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        ids = pipe.submit(
+            *(
+                JobRequest.model_validate(
+                    {
+                        "task": {"task_id": f"s{answer}", "kind": "echo", "prompt": "42"},
+                        "agent": {"name": "submit", "submission": answer},
+                    }
+                )
+                for answer in ("42", "41")
+            )
+        )
+        records = await pipe.wait(ids)
+        rewards = [RolloutResult.model_validate(r.result).reward for r in records]
+        assert rewards == [1.0, 0.0]
