@@ -34,8 +34,11 @@ class EchoHandler:
         return task.model_extra or {}
 
     def validate(self, task: Task) -> None:
-        numbers = (("init_delay_s", (int, float)), ("eval_delay_s", (int, float)),
-                   ("fail_init", int))
+        numbers = (
+            ("init_delay_s", (int, float)),
+            ("eval_delay_s", (int, float)),
+            ("fail_init", int),
+        )
         for key, kind in numbers:
             value = self._extra(task).get(key, 0)
             if not isinstance(value, kind) or value < 0:
