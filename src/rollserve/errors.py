@@ -35,6 +35,7 @@ class UnknownNameError(InvalidInputError):
     """A plug-in name (backend, handler, agent) that is not registered."""
 
     code = "unknown_name"
+    http_status = 400
 
     def __init__(self, kind: str, name: str, known: list[str]) -> None:
         listed = ", ".join(sorted(known)) or "none"
@@ -91,11 +92,30 @@ class ShellBusyError(RollserveError):
     http_status = 409
 
 
-class JobNotFoundError(RollserveError):
+class UnauthorizedError(RollserveError):
+    """The API needs a valid bearer token."""
+
+    code = "unauthorized"
+    http_status = 401
+
+
+class NotFoundError(RollserveError):
+    """Nothing of that kind has this id."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class JobNotFoundError(NotFoundError):
     """No job has this id (or it outlived the result retention)."""
 
     code = "job_not_found"
-    http_status = 404
+
+
+class BackendNotFoundError(NotFoundError):
+    """No inference backend is registered under this id."""
+
+    code = "backend_not_found"
 
 
 class QueueFullError(RollserveError):

@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     max_attempts: int = Field(3, ge=1, description="tries of a job hit by infrastructure failures")
     retry_backoff_s: float = Field(1.0, ge=0)
     lease_s: float = Field(30.0, gt=0, description="a worker's hold on a job between heartbeats")
+    api_token: str | None = Field(None, description="bearer token required on all but health")
     result_retention_s: float = Field(7 * 24 * 3600.0, gt=0)
     ci: bool = Field(
         False,

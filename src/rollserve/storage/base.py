@@ -170,6 +170,10 @@ class JobStore(Protocol):
         """Forget finished jobs older than the retention; returns how many."""
         ...
 
+    def waiting(self) -> dict[str, int]:
+        """Jobs waiting for a worker, by stage (the queue depths)."""
+        ...
+
     def counts(self) -> dict[str, int]:
         """Jobs by status."""
         ...

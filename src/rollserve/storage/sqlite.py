@@ -330,6 +330,15 @@ class SqliteJobStore:
                 ).rowcount
             )
 
+    def waiting(self) -> dict[str, int]:
+        now = self._clock()
+        rows = self._read(
+            "SELECT stage, count(*) AS n FROM jobs WHERE stage != 'done'"
+            " AND (lease_owner IS NULL OR lease_expires < ?) GROUP BY stage",
+            (now,),
+        )
+        return {row["stage"]: row["n"] for row in rows}
+
     def counts(self) -> dict[str, int]:
         rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
         return {row["status"]: row["n"] for row in rows}

@@ -2,8 +2,9 @@
 
 The echo task asks for its prompt to be written to ``answer.txt`` in the workspace; the script
 agent runs shell commands (``agent.commands``) in the sandbox's persistent shell and submits
-what ``answer.txt`` then holds. Knobs for fault tests ride in the task: ``init_delay_s`` and ``eval_delay_s``
-(slow stages), ``fail_init`` (how many first attempts fail as an infrastructure error).
+what ``answer.txt`` then holds. Knobs for fault tests ride in the task: ``init_delay_s`` and
+``eval_delay_s`` (slow stages), ``fail_init`` (how many first attempts fail as an
+infrastructure error).
 """
 
 from __future__ import annotations

@@ -1,0 +1,146 @@
+"""The rollout service of one node: the store, the sandboxes and the scheduler together, with
+what the HTTP API offers (submit, look up, wait, cancel, the results feed, status)."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from typing import Any
+
+from rollserve.errors import JobNotFoundError
+from rollserve.pipeline.scheduler import Scheduler
+from rollserve.pipeline.stages import Plugins, StageRunner, validate
+from rollserve.sandbox import SandboxManager
+from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
+from rollserve.settings import Settings
+from rollserve.storage import JobRecord, NewJob, SqliteJobStore, Stage, Submitted
+
+_WAIT_POLL_S = 0.05
+
+
+class RolloutService:
+    """Owns everything a ``rollserve serve`` process runs; ``start``/``stop`` bracket it."""
+
+    def __init__(self, settings: Settings, plugins: Plugins) -> None:
+        self.settings = settings
+        self.plugins = plugins
+        self.store = SqliteJobStore(settings.job_db)
+        self.sandboxes = SandboxManager(settings)
+        self.scheduler = Scheduler(
+            settings, self.store, StageRunner(settings, self.sandboxes, plugins)
+        )
+        self.started = time.time()
+        self._purger: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.sandboxes.__aenter__()  # reaps what a crashed predecessor left
+        await self.scheduler.start()
+        self._purger = asyncio.create_task(self._purge_loop())
+
+    async def stop(self) -> None:
+        if self._purger is not None:
+            self._purger.cancel()
+        await self.scheduler.stop()
+        await self.sandboxes.close_all()
+        self.store.close()
+
+    async def _purge_loop(self) -> None:
+        while True:
+            cutoff = time.time() - self.settings.result_retention_s
+            await asyncio.to_thread(self.store.purge, cutoff)
+            await asyncio.sleep(min(3600.0, self.settings.result_retention_s / 10))
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    async def submit(self, requests: list[JobRequest]) -> list[Submitted]:
+        """Validate every request (nothing is queued if one is bad), then store them all."""
+        for request in requests:
+            validate(request, self.plugins, self.sandboxes)
+        jobs = [
+            NewJob(
+                job_id=r.job_id or secrets.token_hex(8),
+                request=r.model_dump(mode="json", exclude={"job_id"}),
+                group_id=r.group_id,
+                priority=r.priority,
+            )
+            for r in requests
+        ]
+        submitted = await asyncio.to_thread(
+            self.store.submit, jobs, max_queued=self.settings.max_queued
+        )
+        self.scheduler.wake()
+        return submitted
+
+    async def record(self, job_id: str) -> JobRecord:
+        record = await asyncio.to_thread(self.store.get, job_id)
+        if record is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        return record
+
+    async def wait(self, job_id: str, wait_s: float) -> JobRecord:
+        """The job, once terminal or after ``wait_s`` seconds, whichever comes first."""
+        end = time.monotonic() + wait_s
+        while True:
+            record = await self.record(job_id)
+            if record.status.terminal or time.monotonic() >= end:
+                return record
+            await asyncio.sleep(min(_WAIT_POLL_S, max(0.0, end - time.monotonic())))
+
+    async def cancel(self, job_id: str) -> JobRecord:
+        await asyncio.to_thread(self.store.cancel, job_id)
+        await self.scheduler.cancel(job_id)
+        return await self.record(job_id)
+
+    async def cancel_group(self, group_id: str) -> list[str]:
+        touched = await asyncio.to_thread(self.store.cancel_group, group_id)
+        for job_id in touched:
+            await self.scheduler.cancel(job_id)
+        return touched
+
+    async def results(self, after: int, limit: int, wait_s: float) -> list[JobRecord]:
+        """Finished jobs after the cursor; waits up to ``wait_s`` for the first one."""
+        end = time.monotonic() + wait_s
+        while True:
+            found = await asyncio.to_thread(self.store.results, after, limit)
+            if found or time.monotonic() >= end:
+                return found
+            await asyncio.sleep(min(_WAIT_POLL_S * 4, max(0.0, end - time.monotonic())))
+
+    def status(self) -> dict[str, Any]:
+        settings = self.settings
+        pools = {
+            Stage.INIT: settings.init_workers,
+            Stage.RUN: settings.run_workers,
+            Stage.EVAL: settings.eval_workers,
+        }
+        depth = self.store.waiting()
+        return {
+            "node": self.scheduler.node,
+            "uptime_s": round(time.time() - self.started, 3),
+            "stages": {
+                stage.value: {
+                    "queued": depth.get(stage.value, 0),
+                    "active": self.scheduler.busy[stage],
+                    "workers": size,
+                }
+                for stage, size in pools.items()
+            },
+            "jobs": self.store.counts(),
+            "live_sandboxes": len(self.sandboxes.live),
+        }
+
+
+def view(record: JobRecord) -> JobView:
+    """A stored job as a client sees it."""
+    return JobView(
+        job_id=record.job_id,
+        group_id=record.group_id,
+        status=record.status.value,
+        attempts=record.attempts,
+        timing=JobTiming(**record.timing),
+        result=RolloutResult.model_validate(record.result) if record.result else None,
+        error=JobErrorInfo.model_validate(record.error)
+        if record.error and record.status.terminal and record.result is None
+        else None,
+    )

@@ -1,0 +1,134 @@
+"""The HTTP API v1 routes (DESIGN.md, Contracts)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from pydantic import BaseModel, Field
+
+from rollserve.pipeline.service import RolloutService, view
+from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.server.backends import BackendDirectory
+from rollserve.server.metrics import render_metrics
+
+
+class Accepted(BaseModel):
+    job_id: str
+    status: str
+    created: bool
+
+
+class BatchRequest(BaseModel):
+    jobs: list[JobRequest] = Field(min_length=1)
+
+
+class BatchAccepted(BaseModel):
+    jobs: list[Accepted]
+
+
+class ResultsPage(BaseModel):
+    results: list[JobView]
+    next: int
+
+
+class GroupCancelled(BaseModel):
+    group_id: str
+    cancelled: list[str]
+
+
+def service(request: Request) -> RolloutService:
+    svc: RolloutService = request.app.state.service
+    return svc
+
+
+def backends(request: Request) -> BackendDirectory:
+    directory: BackendDirectory = request.app.state.backends
+    return directory
+
+
+Service = Annotated[RolloutService, Depends(service)]
+Backends = Annotated[BackendDirectory, Depends(backends)]
+WaitS = Annotated[float, Query(ge=0, le=600, description="long-poll seconds")]
+
+health = APIRouter()
+api = APIRouter(prefix="/v1")
+
+
+@health.get("/healthz")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@health.get("/readyz")
+async def readyz(svc: Service) -> dict[str, str]:
+    return {"status": "ready", "node": svc.scheduler.node}
+
+
+@api.post("/jobs", status_code=202, response_model=Accepted)
+async def submit(job: JobRequest, svc: Service) -> Accepted:
+    [done] = await svc.submit([job])
+    return Accepted(job_id=done.job_id, status=done.status.value, created=done.created)
+
+
+@api.post("/jobs/batch", status_code=202, response_model=BatchAccepted)
+async def submit_batch(batch: BatchRequest, svc: Service) -> BatchAccepted:
+    done = await svc.submit(batch.jobs)
+    return BatchAccepted(
+        jobs=[Accepted(job_id=d.job_id, status=d.status.value, created=d.created) for d in done]
+    )
+
+
+@api.get("/jobs/{job_id}", response_model=JobView)
+async def get_job(job_id: str, svc: Service, wait: WaitS = 0) -> JobView:
+    return view(await svc.wait(job_id, wait))
+
+
+@api.delete("/jobs/{job_id}", response_model=JobView)
+async def cancel_job(job_id: str, svc: Service) -> JobView:
+    return view(await svc.cancel(job_id))
+
+
+@api.post("/groups/{group_id}/cancel", response_model=GroupCancelled)
+async def cancel_group(group_id: str, svc: Service) -> GroupCancelled:
+    return GroupCancelled(group_id=group_id, cancelled=await svc.cancel_group(group_id))
+
+
+@api.get("/results", response_model=ResultsPage)
+async def results(
+    svc: Service,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    wait: WaitS = 0,
+) -> ResultsPage:
+    found = await svc.results(after, limit, wait)
+    cursor = max((r.done_seq or 0 for r in found), default=after)
+    return ResultsPage(results=[view(r) for r in found], next=cursor)
+
+
+@api.post("/llm/backends", status_code=201, response_model=BackendView)
+async def register_backend(spec: BackendSpec, directory: Backends) -> BackendView:
+    return await directory.register(spec)
+
+
+@api.get("/llm/backends", response_model=list[BackendView])
+async def list_backends(directory: Backends) -> list[BackendView]:
+    return directory.list()
+
+
+@api.delete("/llm/backends/{backend_id}", status_code=204)
+async def remove_backend(backend_id: str, directory: Backends) -> Response:
+    directory.remove(backend_id)
+    return Response(status_code=204)
+
+
+@api.get("/status")
+async def status(svc: Service, directory: Backends) -> dict[str, Any]:
+    return {**svc.status(), "backends": [b.model_dump() for b in directory.list()]}
+
+
+@health.get("/metrics")
+async def metrics(svc: Service) -> Response:
+    body, content_type = render_metrics(svc)
+    return Response(content=body, media_type=content_type)
