@@ -15,6 +15,7 @@ from rich.table import Table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
 from rollserve.cli.demo import check_table, run_demo
+from rollserve.cli.serve import load_config, serve
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
@@ -85,6 +86,23 @@ def bench_shell_cmd(
     Console().print(table)
 
 
+@app.command("serve")
+def serve_cmd(
+    host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port to listen on")] = 8700,
+    data_dir: DataDir = None,
+    config: Annotated[Path | None, typer.Option("--config", help="TOML or YAML settings")] = None,
+    plugins: Annotated[
+        list[str] | None, typer.Option("--plugins", help="modules with register(plugins)")
+    ] = None,
+) -> None:
+    """Serve the HTTP API and run the pipeline (one process)."""
+    fields = load_config(config) if config else {}
+    if data_dir:
+        fields["data_dir"] = data_dir
+    serve(Settings(**fields), host, port, plugins or [])
+
+
 @app.command("demo")
 def demo(data_dir: DataDir = None) -> None:
     """Show the sandbox check and a short shell session in the default backend."""
@@ -99,3 +117,7 @@ def main() -> None:
     except RollserveError as exc:
         Console(stderr=True).print(f"[red]error[/red] [{exc.code}] {exc.message}")
         raise SystemExit(2) from exc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""A real ``rollserve serve`` process on a free port, with the test plug-ins."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+        self.data_dir = data_dir
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rollserve.cli.app",
+                "serve",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+                "--plugins",
+                "rollserve.testing.plugin",
+            ],
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.data_dir.parent / "server.log", "ab"),
+        )  # noqa: SIM115
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError("the server did not become ready")
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
+    servers: list[Server] = []
+
+    def make(**env: str) -> Server:
+        server = Server(tmp_path / "data", {f"ROLLSERVE_{k.upper()}": v for k, v in env.items()})
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()

@@ -1,0 +1,82 @@
+"""The HTTP API v1 against a real server process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tests.integration.conftest import Server
+
+
+def _echo(prompt: str, **task: Any) -> dict[str, Any]:
+    return {
+        "task": {"task_id": prompt, "kind": "echo", "prompt": prompt, **task},
+        "agent": {"name": "script", "commands": [f"printf %s {prompt} > answer.txt"]},
+    }
+
+
+def test_submit_wait_and_results_feed(server_factory: Callable[..., Server]) -> None:
+    server = server_factory()
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        accepted = http.post("/v1/jobs", json=_echo("one"))
+        assert accepted.status_code == 202
+        job_id = accepted.json()["job_id"]
+        batch = http.post(
+            "/v1/jobs/batch",
+            json={
+                "jobs": [{**_echo(f"g{i}"), "group_id": "grp", "job_id": f"g{i}"} for i in range(3)]
+            },
+        )
+        assert batch.status_code == 202 and len(batch.json()["jobs"]) == 3
+        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 30}).json()
+        assert done["status"] == "completed" and done["result"]["reward"] == 1.0
+        seen: list[str] = []
+        cursor = 0
+        end = time.monotonic() + 60
+        while len(seen) < 4 and time.monotonic() < end:
+            page = http.get("/v1/results", params={"after": cursor, "wait": 5}).json()
+            seen += [r["job_id"] for r in page["results"]]
+            cursor = page["next"]
+        assert sorted(seen) == sorted([job_id, "g0", "g1", "g2"])
+        status = http.get("/v1/status").json()
+        assert set(status["stages"]) == {"init", "run", "eval"}
+        metrics = http.get("/metrics").text
+        assert 'rollserve_jobs{status="completed"} 4.0' in metrics
+
+
+def test_errors_are_json_with_fitting_statuses(server_factory: Callable[..., Server]) -> None:
+    server = server_factory(max_queued="2")
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        bad = http.post("/v1/jobs", json={"task": {"kind": "echo"}})
+        assert bad.status_code == 422 and "task.task_id" in bad.json()["error"]["message"]
+        unknown = http.post("/v1/jobs", json={"task": {"task_id": "x", "kind": "nope"}})
+        assert unknown.status_code == 400 and "known: echo" in unknown.json()["error"]["message"]
+        missing = http.get("/v1/jobs/nope")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
+        slow = {**_echo("s"), "agent": {"name": "script", "commands": ["sleep 30"]}}
+        assert (
+            http.post(
+                "/v1/jobs/batch",
+                json={"jobs": [{**slow, "job_id": "s1"}, {**slow, "job_id": "s2"}]},
+            ).status_code
+            == 202
+        )
+        full = http.post("/v1/jobs", json={**slow, "job_id": "s3"})
+        assert full.status_code == 429 and full.headers["retry-after"]
+        cancelled = http.delete("/v1/jobs/s1").json()
+        assert cancelled["job_id"] == "s1"
+        assert http.post("/v1/groups/none/cancel").json()["cancelled"] == []
+
+
+def test_bearer_token(server_factory: Callable[..., Server]) -> None:
+    server = server_factory(api_token="sesame")
+    server.start()
+    assert httpx.get(f"{server.url}/v1/status").status_code == 401
+    ok = httpx.get(f"{server.url}/v1/status", headers={"Authorization": "Bearer sesame"})
+    assert ok.status_code == 200
+    assert httpx.get(f"{server.url}/healthz").status_code == 200
