@@ -49,7 +49,7 @@ class Server:
             env={**os.environ, **self.env},
             stdout=subprocess.DEVNULL,
             stderr=open(self.data_dir.parent / "server.log", "ab"),
-        )  # noqa: SIM115
+        )
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:
