@@ -32,24 +32,25 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rollserve.cli.app",
-                "serve",
-                "--port",
-                str(self.port),
-                "--data-dir",
-                str(self.data_dir),
-                "--plugins",
-                "rollserve.testing.plugin",
-            ],
-            cwd=ROOT,
-            env={**os.environ, **self.env},
-            stdout=subprocess.DEVNULL,
-            stderr=open(self.data_dir.parent / "server.log", "ab"),
-        )
+        with open(self.data_dir.parent / "server.log", "ab") as log:  # the child keeps it
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rollserve.cli.app",
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--plugins",
+                    "rollserve.testing.plugin",
+                ],
+                cwd=ROOT,
+                env={**os.environ, **self.env},
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+            )
         end = time.monotonic() + 30
         while time.monotonic() < end:
             try:
