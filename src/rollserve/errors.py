@@ -92,6 +92,18 @@ class ShellBusyError(RollserveError):
     http_status = 409
 
 
+class RemoteError(RollserveError):
+    """An error a rollserve server answered with (its code and status are kept)."""
+
+    def __init__(self, status: int, code: str, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.status = status
+        self.remote_code = code
+
+    def __str__(self) -> str:
+        return f"[{self.remote_code}] HTTP {self.status}: {self.message}"
+
+
 class UnauthorizedError(RollserveError):
     """The API needs a valid bearer token."""
 

@@ -5,37 +5,13 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from pydantic import BaseModel, Field
 
 from rollserve.pipeline.service import RolloutService, view
+from rollserve.schema.api import Accepted, BatchAccepted, BatchRequest, GroupCancelled, ResultsPage
 from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.schema.jobs import JobRequest, JobView
 from rollserve.server.backends import BackendDirectory
 from rollserve.server.metrics import render_metrics
-
-
-class Accepted(BaseModel):
-    job_id: str
-    status: str
-    created: bool
-
-
-class BatchRequest(BaseModel):
-    jobs: list[JobRequest] = Field(min_length=1)
-
-
-class BatchAccepted(BaseModel):
-    jobs: list[Accepted]
-
-
-class ResultsPage(BaseModel):
-    results: list[JobView]
-    next: int
-
-
-class GroupCancelled(BaseModel):
-    group_id: str
-    cancelled: list[str]
 
 
 def service(request: Request) -> RolloutService:

@@ -1,0 +1,5 @@
+"""The trainer-side client of rollserve's HTTP API (httpx + pydantic + schema only)."""
+
+from rollserve.client.http import AsyncRolloutClient, RolloutClient
+
+__all__ = ["AsyncRolloutClient", "RolloutClient"]

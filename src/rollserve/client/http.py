@@ -1,0 +1,203 @@
+"""``RolloutClient`` and ``AsyncRolloutClient``: the HTTP API v1 for trainers (httpx +
+pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server side)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+
+from rollserve.errors import RemoteError
+from rollserve.schema.api import Accepted, BatchAccepted, GroupCancelled, ResultsPage
+from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.jobs import JobRequest, JobView
+
+_TERMINAL = {"completed", "failed", "cancelled"}
+_LONG_POLL_S = 30.0
+
+
+def _body(request: JobRequest | dict[str, Any]) -> dict[str, Any]:
+    model = request if isinstance(request, JobRequest) else JobRequest.model_validate(request)
+    return model.model_dump(mode="json", exclude_none=True)
+
+
+def _check(response: httpx.Response) -> httpx.Response:
+    if response.is_success:
+        return response
+    try:
+        error = response.json()["error"]
+        code, message, details = error["code"], error["message"], error.get("details") or {}
+    except (ValueError, KeyError, TypeError):
+        code, message, details = "http_error", response.text[:500], {}
+    raise RemoteError(response.status_code, code, message, **details)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class RolloutClient:
+    """A blocking client; connection failures are retried ``retries`` times."""
+
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = 60.0, retries: int = 3
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"),
+            headers=_headers(token),
+            timeout=timeout + _LONG_POLL_S,
+            transport=httpx.HTTPTransport(retries=retries),
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RolloutClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
+        return Accepted.model_validate(
+            _check(self._http.post("/v1/jobs", json=_body(request))).json()
+        )
+
+    def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
+        answer = self._http.post("/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]})
+        return BatchAccepted.model_validate(_check(answer).json()).jobs
+
+    def get(self, job_id: str, *, wait: float = 0) -> JobView:
+        answer = self._http.get(f"/v1/jobs/{job_id}", params={"wait": wait})
+        return JobView.model_validate(_check(answer).json())
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+        """The job once finished (long-polling), or as it is when ``timeout`` passes."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = (
+                _LONG_POLL_S if end is None else max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
+            )
+            job = self.get(job_id, wait=left)
+            if job.status in _TERMINAL or (end is not None and time.monotonic() >= end):
+                return job
+
+    def iter_results(
+        self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
+    ) -> Iterator[JobView]:
+        """Finished jobs in completion order, as they come; ends after ``stop_after``."""
+        seen = 0
+        while stop_after is None or seen < stop_after:
+            answer = self._http.get(
+                "/v1/results", params={"after": after, "limit": limit, "wait": _LONG_POLL_S}
+            )
+            page = ResultsPage.model_validate(_check(answer).json())
+            after = page.next
+            for job in page.results:
+                yield job
+                seen += 1
+                if stop_after is not None and seen >= stop_after:
+                    return
+
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.model_validate(_check(self._http.delete(f"/v1/jobs/{job_id}")).json())
+
+    def cancel_group(self, group_id: str) -> list[str]:
+        answer = _check(self._http.post(f"/v1/groups/{group_id}/cancel"))
+        return GroupCancelled.model_validate(answer.json()).cancelled
+
+    def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
+        body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
+        return BackendView.model_validate(
+            _check(self._http.post("/v1/llm/backends", json=body)).json()
+        )
+
+    def backends(self) -> list[BackendView]:
+        answer = _check(self._http.get("/v1/llm/backends")).json()
+        return [BackendView.model_validate(b) for b in answer]
+
+    def remove_backend(self, backend_id: str) -> None:
+        _check(self._http.delete(f"/v1/llm/backends/{backend_id}"))
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = _check(self._http.get("/v1/status")).json()
+        return data
+
+
+class AsyncRolloutClient:
+    """The same API for asyncio trainers."""
+
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = 60.0, retries: int = 3
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            headers=_headers(token),
+            timeout=timeout + _LONG_POLL_S,
+            transport=httpx.AsyncHTTPTransport(retries=retries),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncRolloutClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
+        answer = await self._http.post("/v1/jobs", json=_body(request))
+        return Accepted.model_validate(_check(answer).json())
+
+    async def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
+        answer = await self._http.post(
+            "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
+        )
+        return BatchAccepted.model_validate(_check(answer).json()).jobs
+
+    async def get(self, job_id: str, *, wait: float = 0) -> JobView:
+        answer = await self._http.get(f"/v1/jobs/{job_id}", params={"wait": wait})
+        return JobView.model_validate(_check(answer).json())
+
+    async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = (
+                _LONG_POLL_S if end is None else max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
+            )
+            job = await self.get(job_id, wait=left)
+            if job.status in _TERMINAL or (end is not None and time.monotonic() >= end):
+                return job
+
+    async def iter_results(
+        self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
+    ) -> AsyncIterator[JobView]:
+        seen = 0
+        while stop_after is None or seen < stop_after:
+            answer = await self._http.get(
+                "/v1/results", params={"after": after, "limit": limit, "wait": _LONG_POLL_S}
+            )
+            page = ResultsPage.model_validate(_check(answer).json())
+            after = page.next
+            for job in page.results:
+                yield job
+                seen += 1
+                if stop_after is not None and seen >= stop_after:
+                    return
+            await asyncio.sleep(0)
+
+    async def cancel(self, job_id: str) -> JobView:
+        answer = await self._http.delete(f"/v1/jobs/{job_id}")
+        return JobView.model_validate(_check(answer).json())
+
+    async def cancel_group(self, group_id: str) -> list[str]:
+        answer = _check(await self._http.post(f"/v1/groups/{group_id}/cancel"))
+        return GroupCancelled.model_validate(answer.json()).cancelled
+
+    async def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = _check(await self._http.get("/v1/status")).json()
+        return data
