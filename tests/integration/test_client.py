@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +52,35 @@ async def test_async_client(server_factory: Callable[..., Server]) -> None:
         got = [job.job_id async for job in client.iter_results(stop_after=2)]
         assert sorted(got) == ["c0", "c1"]
         assert (await client.wait("c1")).result is not None
+
+
+def test_submit_and_status_commands(server_factory: Callable[..., Server], tmp_path: Path) -> None:
+    server = server_factory()
+    server.start()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(_job(i)) + "\n" for i in range(3)))
+    out = tmp_path / "results.jsonl"
+    cli = [sys.executable, "-m", "rollserve.cli.app"]
+    done = subprocess.run(
+        [*cli, "submit", str(tasks), "--server", server.url, "--wait", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["job_id"] for r in results] == ["c0", "c1", "c2"]
+    assert [r["result"]["reward"] for r in results] == [1.0, 0.0, 1.0]
+    status = subprocess.run(
+        [*cli, "status", "--server", server.url], capture_output=True, text=True, timeout=60
+    )
+    assert json.loads(status.stdout)["jobs"] == {"completed": 3}
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task": {"kind": "echo"}}\n')
+    refused = subprocess.run(
+        [*cli, "submit", str(bad), "--server", server.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "bad.jsonl:1" in refused.stderr

@@ -16,6 +16,8 @@ from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
 from rollserve.cli.demo import check_table, run_demo
 from rollserve.cli.serve import load_config, serve
+from rollserve.cli.submit import submit
+from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
@@ -101,6 +103,31 @@ def serve_cmd(
     if data_dir:
         fields["data_dir"] = data_dir
     serve(Settings(**fields), host, port, plugins or [])
+
+
+Server = Annotated[str, typer.Option("--server", help="rollserve URL")]
+Token = Annotated[str | None, typer.Option("--token", help="bearer token")]
+
+
+@app.command("submit")
+def submit_cmd(
+    tasks: Annotated[Path, typer.Argument(help="JSONL file, one JobRequest per line")],
+    server: Server = "http://127.0.0.1:8700",
+    token: Token = None,
+    wait: Annotated[bool, typer.Option("--wait", help="wait for the results")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="results as JSONL")] = None,
+) -> None:
+    """Submit jobs to a server; with --wait, show progress and collect the results."""
+    with RolloutClient(server, token=token) as client:
+        incomplete = submit(client, tasks, wait=wait or out is not None, out=out, console=Console())
+    raise typer.Exit(1 if incomplete else 0)
+
+
+@app.command("status")
+def status_cmd(server: Server = "http://127.0.0.1:8700", token: Token = None) -> None:
+    """A server's stages, queues, workers and jobs."""
+    with RolloutClient(server, token=token) as client:
+        typer.echo(json.dumps(client.status(), indent=2))
 
 
 @app.command("demo")

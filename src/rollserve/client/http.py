@@ -85,16 +85,20 @@ class RolloutClient:
             if job.status in _TERMINAL or (end is not None and time.monotonic() >= end):
                 return job
 
+    def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
+        """One page of the results feed (long-polling up to ``wait`` for the first result)."""
+        answer = self._http.get(
+            "/v1/results", params={"after": after, "limit": limit, "wait": wait}
+        )
+        return ResultsPage.model_validate(_check(answer).json())
+
     def iter_results(
         self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
     ) -> Iterator[JobView]:
         """Finished jobs in completion order, as they come; ends after ``stop_after``."""
         seen = 0
         while stop_after is None or seen < stop_after:
-            answer = self._http.get(
-                "/v1/results", params={"after": after, "limit": limit, "wait": _LONG_POLL_S}
-            )
-            page = ResultsPage.model_validate(_check(answer).json())
+            page = self.results(after, limit=limit, wait=_LONG_POLL_S)
             after = page.next
             for job in page.results:
                 yield job
