@@ -228,3 +228,20 @@ def test_jobs_survive_reopening(tmp_path: Path) -> None:
     job = second.get("a")
     assert job is not None and job.request == {"task": {"task_id": "a"}}
     second.close()
+
+
+def test_a_cancel_during_a_stage_ends_the_job_at_its_next_step(
+    store: SqliteJobStore, clock: Clock
+) -> None:
+    store.submit(_jobs("a", "b"), max_queued=10)
+    store.claim(Stage.INIT, "n", 10)
+    store.claim(Stage.INIT, "gone", 10)
+    store.cancel("a")
+    store.cancel("b")
+    assert store.advance("a", "n", Stage.RUN) is False  # ends instead of moving on
+    a = store.get("a")
+    assert a is not None and a.status == JobStatus.CANCELLED
+    clock.now += 11  # b's worker died holding it: the next claim ends it, never runs it
+    assert store.claim(Stage.INIT, "n", 10) is None
+    b = store.get("b")
+    assert b is not None and b.status == JobStatus.CANCELLED

@@ -183,7 +183,14 @@ class Scheduler:
             "queued_s": queued if job.attempts == 1 else job.timing.get("queued_s", queued),
             "init_s": time.monotonic() - started,
         }
-        await asyncio.to_thread(self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing)
+        advanced = await asyncio.to_thread(
+            self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
+        )
+        if not advanced:  # cancelled while its sandbox was being made
+            held = self._held.pop(job.job_id, None)
+            if held is not None:
+                await self.runner.sandboxes.close(held)
+            return
         self.wake(Stage.RUN)
 
     async def _run(self, job: JobRecord, request: JobRequest, started: float) -> None:

@@ -123,9 +123,10 @@ class JobStore(Protocol):
         *,
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
-    ) -> None:
+    ) -> bool:
         """Hand the job to ``stage``, unleased; ``output`` is kept for the next stage. A job
-        handed to ``run`` is claimable only by the same owner (its sandbox is there)."""
+        handed to ``run`` is claimable only by the same owner (its sandbox is there). False:
+        a cancel came during the stage, and the job is now cancelled instead."""
         ...
 
     def finish(

@@ -132,6 +132,13 @@ class SqliteJobStore:
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
         now = self._clock()
         with self._write() as db:
+            # Cancelled while held by a worker that is gone: end them instead of running them.
+            for orphan in db.execute(
+                "SELECT * FROM jobs WHERE stage != 'done' AND cancel_requested = 1"
+                " AND (lease_owner IS NULL OR lease_expires < ?)",
+                (now,),
+            ).fetchall():
+                self._end_cancelled(db, orphan, now)
             row = db.execute(
                 "SELECT * FROM jobs WHERE stage = ? AND cancel_requested = 0"
                 " AND (lease_owner IS NULL OR lease_expires < ?) AND (node IS NULL OR node = ?)"
@@ -179,10 +186,13 @@ class SqliteJobStore:
         *,
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
-    ) -> None:
+    ) -> bool:
         now = self._clock()
         with self._write() as db:
             row = self._held(db, job_id, owner)
+            if row["cancel_requested"]:  # cancelled during the stage: it ends here
+                self._end_cancelled(db, row, now)
+                return False
             # The run stage needs the sandbox that init made: it stays on the owner's node.
             node = owner if stage == Stage.RUN else None
             db.execute(
@@ -198,6 +208,7 @@ class SqliteJobStore:
                     row["seq"],
                 ),
             )
+        return True
 
     def finish(
         self,
@@ -247,6 +258,9 @@ class SqliteJobStore:
         now = self._clock()
         with self._write() as db:
             row = self._held(db, job_id, owner)
+            if row["cancel_requested"]:
+                self._end_cancelled(db, row, now)
+                return
             status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
             db.execute(
                 "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
@@ -270,15 +284,18 @@ class SqliteJobStore:
             return
         if row["lease_owner"] is not None and row["lease_expires"] >= now:
             db.execute(
-                "UPDATE jobs SET cancel_requested = 1, updated = ? WHERE seq = ?", (now, row["seq"])
+                "UPDATE jobs SET cancel_requested = 1, updated = ? WHERE seq = ?",
+                (now, row["seq"]),
             )
             return
+        self._end_cancelled(db, row, now)
+
+    def _end_cancelled(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
         done_seq = db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0]
         db.execute(
             "UPDATE jobs SET stage = 'done', status = 'cancelled', cancel_requested = 1,"
             " lease_owner = NULL, lease_expires = NULL, node = NULL, stage_output = NULL,"
-            " updated = ?,"
-            " finished = ?, done_seq = ? WHERE seq = ?",
+            " updated = ?, finished = ?, done_seq = ? WHERE seq = ?",
             (now, now, done_seq, row["seq"]),
         )
 
