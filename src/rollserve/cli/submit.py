@@ -35,32 +35,13 @@ def read_jobs(path: Path) -> list[JobRequest]:
     return jobs
 
 
+_STATUSES = ("queued", "initializing", "running", "evaluating", "completed", "failed", "cancelled")
+
+
 def _progress(counts: Counter[str], total: int) -> Table:
     """The server's jobs by stage and outcome (the server's, not only these ``total``)."""
-    table = Table(
-        "queued",
-        "initializing",
-        "running",
-        "evaluating",
-        "completed",
-        "failed",
-        "cancelled",
-        title=f"submitted {total} jobs; on the server:",
-    )
-    table.add_row(
-        *(
-            str(counts.get(s, 0))
-            for s in (
-                "queued",
-                "initializing",
-                "running",
-                "evaluating",
-                "completed",
-                "failed",
-                "cancelled",
-            )
-        )
-    )
+    table = Table(*_STATUSES, title=f"submitted {total} jobs; on the server:")
+    table.add_row(*(str(counts.get(s, 0)) for s in _STATUSES))
     return table
 
 

@@ -3,7 +3,6 @@ pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server s
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -33,6 +32,18 @@ def _check(response: httpx.Response) -> httpx.Response:
     except (ValueError, KeyError, TypeError):
         code, message, details = "http_error", response.text[:500], {}
     raise RemoteError(response.status_code, code, message, **details)
+
+
+def _poll_for(end: float | None) -> float:
+    """How long the next long-poll may wait, given a deadline (None: none)."""
+    if end is None:
+        return _LONG_POLL_S
+    return max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
+
+
+def _settled(job: JobView, end: float | None) -> bool:
+    """Whether waiting for ``job`` is over: it finished, or the deadline passed."""
+    return job.status in _TERMINAL or (end is not None and time.monotonic() >= end)
 
 
 def _headers(token: str | None) -> dict[str, str]:
@@ -78,11 +89,8 @@ class RolloutClient:
         """The job once finished (long-polling), or as it is when ``timeout`` passes."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = (
-                _LONG_POLL_S if end is None else max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
-            )
-            job = self.get(job_id, wait=left)
-            if job.status in _TERMINAL or (end is not None and time.monotonic() >= end):
+            job = self.get(job_id, wait=_poll_for(end))
+            if _settled(job, end):
                 return job
 
     def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
@@ -170,29 +178,30 @@ class AsyncRolloutClient:
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            left = (
-                _LONG_POLL_S if end is None else max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
-            )
-            job = await self.get(job_id, wait=left)
-            if job.status in _TERMINAL or (end is not None and time.monotonic() >= end):
+            job = await self.get(job_id, wait=_poll_for(end))
+            if _settled(job, end):
                 return job
+
+    async def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
+        """One page of the results feed (long-polling up to ``wait`` for the first result)."""
+        answer = await self._http.get(
+            "/v1/results", params={"after": after, "limit": limit, "wait": wait}
+        )
+        return ResultsPage.model_validate(_check(answer).json())
 
     async def iter_results(
         self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
     ) -> AsyncIterator[JobView]:
+        """Finished jobs in completion order, as they come; ends after ``stop_after``."""
         seen = 0
         while stop_after is None or seen < stop_after:
-            answer = await self._http.get(
-                "/v1/results", params={"after": after, "limit": limit, "wait": _LONG_POLL_S}
-            )
-            page = ResultsPage.model_validate(_check(answer).json())
+            page = await self.results(after, limit=limit, wait=_LONG_POLL_S)
             after = page.next
             for job in page.results:
                 yield job
                 seen += 1
                 if stop_after is not None and seen >= stop_after:
                     return
-            await asyncio.sleep(0)
 
     async def cancel(self, job_id: str) -> JobView:
         answer = await self._http.delete(f"/v1/jobs/{job_id}")

@@ -234,7 +234,7 @@ class SqliteJobStore:
                 row = self._held(db, job_id, owner)
             if row["stage"] == Stage.DONE.value:
                 return
-            done_seq = db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0]
+            done_seq = _next_done_seq(db)
             db.execute(
                 "UPDATE jobs SET stage = 'done', status = ?, lease_owner = NULL,"
                 " lease_expires = NULL, node = NULL, stage_output = NULL, result = ?, error = ?,"
@@ -291,7 +291,7 @@ class SqliteJobStore:
         self._end_cancelled(db, row, now)
 
     def _end_cancelled(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
-        done_seq = db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0]
+        done_seq = _next_done_seq(db)
         db.execute(
             "UPDATE jobs SET stage = 'done', status = 'cancelled', cancel_requested = 1,"
             " lease_owner = NULL, lease_expires = NULL, node = NULL, stage_output = NULL,"
@@ -363,6 +363,11 @@ class SqliteJobStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _next_done_seq(db: sqlite3.Connection) -> int:
+    """The next place in the results feed (completion order)."""
+    return int(db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0])
 
 
 def _dump(value: dict[str, Any] | None) -> str | None:
