@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import os
 import sys
+import tomllib
 from pathlib import Path
+from typing import Any
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import yaml
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from rollserve.errors import InvalidInputError
 
 
 def _default_data_dir() -> Path:
@@ -83,3 +93,46 @@ class Settings(BaseSettings):
     def image_dir(self) -> Path:
         """Where named images (``base`` → ``base/`` or ``base.sif``) are looked up."""
         return self.images_dir or self.tools_dir / "images"
+
+    @classmethod
+    def load(cls, config: Path | None = None, **flags: Any) -> Settings:
+        """Settings for a process: command-line ``flags`` (those not None) win over the
+        environment, which wins over the ``config`` file (TOML or YAML), then the defaults."""
+        given = {name: value for name, value in flags.items() if value is not None}
+        from_file = read_config(config) if config is not None else {}
+
+        class FromFile(cls):  # type: ignore[valid-type,misc]
+            @classmethod
+            def settings_customise_sources(
+                cls,
+                settings_cls: type[BaseSettings],
+                init_settings: PydanticBaseSettingsSource,
+                env_settings: PydanticBaseSettingsSource,
+                dotenv_settings: PydanticBaseSettingsSource,
+                file_secret_settings: PydanticBaseSettingsSource,
+            ) -> tuple[PydanticBaseSettingsSource, ...]:
+                file_settings = InitSettingsSource(settings_cls, init_kwargs=from_file)
+                return init_settings, env_settings, file_settings
+
+        try:
+            loaded = FromFile(**given)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise InvalidInputError(
+                f"invalid settings: {problems}", config=str(config) if config else None
+            ) from exc
+        return cls.model_construct(loaded.model_fields_set, **dict(loaded))
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A settings file: a TOML or YAML mapping of setting names to values."""
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (OSError, tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise InvalidInputError(f"cannot read settings file {path}: {exc}", path=str(path)) from exc
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"{path} must hold a mapping of settings", path=str(path))
+    return data

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -86,3 +89,27 @@ def server_factory(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     yield make
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def models_url() -> Iterator[str]:
+    """A minimal OpenAI-style server that answers ``GET /v1/models`` (registration's check)."""
+
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path == "/v1/models"
+            body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+            self.send_response(200 if ok else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body.encode() if ok else b"{}")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    httpd.shutdown()
+    httpd.server_close()

@@ -80,3 +80,27 @@ def test_bearer_token(server_factory: Callable[..., Server]) -> None:
     ok = httpx.get(f"{server.url}/v1/status", headers={"Authorization": "Bearer sesame"})
     assert ok.status_code == 200
     assert httpx.get(f"{server.url}/healthz").status_code == 200
+
+
+def test_backends_are_checked_kept_across_restarts_and_removed(
+    server_factory: Callable[..., Server], models_url: str
+) -> None:
+    server = server_factory()
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        spec = {"id": "b1", "kind": "vllm", "url": models_url + "/", "model": "m"}
+        made = http.post("/v1/llm/backends", json=spec)
+        assert made.status_code == 201 and made.json()["url"] == models_url
+        dead = http.post("/v1/llm/backends", json={**spec, "url": "http://127.0.0.1:9/v1"})
+        assert dead.status_code == 422 and "GET /models" in dead.json()["error"]["message"]
+        wrong = http.post("/v1/llm/backends", json={**spec, "url": models_url + "/nothing"})
+        assert wrong.status_code == 422 and "HTTP 404" in wrong.json()["error"]["message"]
+    server.stop()
+    server.start()
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        assert [b["id"] for b in http.get("/v1/llm/backends").json()] == ["b1"]
+        assert [b["id"] for b in http.get("/v1/status").json()["backends"]] == ["b1"]
+        assert http.delete("/v1/llm/backends/b1").status_code == 204
+        gone = http.delete("/v1/llm/backends/b1")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "backend_not_found"
+        assert http.get("/v1/llm/backends").json() == []

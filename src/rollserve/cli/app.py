@@ -15,7 +15,7 @@ from rich.table import Table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
 from rollserve.cli.demo import check_table, run_demo
-from rollserve.cli.serve import load_config, serve
+from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
 from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
@@ -97,12 +97,22 @@ def serve_cmd(
     plugins: Annotated[
         list[str] | None, typer.Option("--plugins", help="modules with register(plugins)")
     ] = None,
+    init_workers: Annotated[int | None, typer.Option(help="init pool size")] = None,
+    run_workers: Annotated[int | None, typer.Option(help="run pool size")] = None,
+    eval_workers: Annotated[int | None, typer.Option(help="eval pool size")] = None,
+    max_queued: Annotated[int | None, typer.Option(help="unfinished jobs accepted at most")] = None,
 ) -> None:
-    """Serve the HTTP API and run the pipeline (one process)."""
-    fields = load_config(config) if config else {}
-    if data_dir:
-        fields["data_dir"] = data_dir
-    serve(Settings(**fields), host, port, plugins or [])
+    """Serve the HTTP API and run the pipeline (one process). Settings: these flags, then the
+    environment (ROLLSERVE_*), then the --config file, then the defaults."""
+    settings = Settings.load(
+        config,
+        data_dir=data_dir,
+        init_workers=init_workers,
+        run_workers=run_workers,
+        eval_workers=eval_workers,
+        max_queued=max_queued,
+    )
+    serve(settings, host, port, plugins or [])
 
 
 Server = Annotated[str, typer.Option("--server", help="rollserve URL")]

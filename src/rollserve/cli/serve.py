@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import importlib
-import tomllib
-from pathlib import Path
-from typing import Any
 
 import uvicorn
-import yaml
 
 from rollserve.errors import InvalidInputError
 from rollserve.pipeline.plugins import default_plugins
 from rollserve.pipeline.stages import Plugins
 from rollserve.server.app import create_app
 from rollserve.settings import Settings
-
-
-def load_config(path: Path) -> dict[str, Any]:
-    """Settings from a TOML or YAML file (the environment and flags override them)."""
-    text = path.read_text()
-    data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    if not isinstance(data, dict):
-        raise InvalidInputError(f"{path} must hold a mapping of settings", path=str(path))
-    return data
 
 
 def load_plugins(modules: list[str]) -> Plugins:

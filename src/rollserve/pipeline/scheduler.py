@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from rollserve.errors import InfrastructureError, LeaseLostError, RollserveError
+from rollserve.pipeline.changes import Changes
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance, procfs
 from rollserve.schema.jobs import JobRequest
@@ -57,6 +58,7 @@ class Scheduler:
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
         self._workers: list[asyncio.Task[None]] = []
         self.busy = {stage: 0 for stage in self._wake}
+        self.changes = Changes()  # a job moved on: wakes long-polls
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -99,6 +101,7 @@ class Scheduler:
         sandbox = self._held.pop(job_id, None)
         if sandbox is not None:
             await self.runner.sandboxes.close(sandbox)
+        self.changes.notify()
 
     # -- workers ---------------------------------------------------------------------------------
 
@@ -135,6 +138,7 @@ class Scheduler:
         finally:
             beat.cancel()
             self._active.pop(job.job_id, None)
+            self.changes.notify()
 
     async def _heartbeat(self, job_id: str, work: asyncio.Future[Any]) -> None:
         while True:

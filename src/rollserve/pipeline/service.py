@@ -16,7 +16,8 @@ from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, 
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, SqliteJobStore, Stage, Submitted
 
-_WAIT_POLL_S = 0.05
+# Long-polls wake on this node's changes at once; other nodes' changes are seen this often.
+_WAIT_POLL_S = 1.0
 
 
 class RolloutService:
@@ -82,10 +83,11 @@ class RolloutService:
         """The job, once terminal or after ``wait_s`` seconds, whichever comes first."""
         end = time.monotonic() + wait_s
         while True:
+            changed = self.scheduler.changes.watch()
             record = await self.record(job_id)
             if record.status.terminal or time.monotonic() >= end:
                 return record
-            await asyncio.sleep(min(_WAIT_POLL_S, max(0.0, end - time.monotonic())))
+            await self.scheduler.changes.wait(changed, min(_WAIT_POLL_S, end - time.monotonic()))
 
     async def cancel(self, job_id: str) -> JobRecord:
         await asyncio.to_thread(self.store.cancel, job_id)
@@ -102,10 +104,11 @@ class RolloutService:
         """Finished jobs after the cursor; waits up to ``wait_s`` for the first one."""
         end = time.monotonic() + wait_s
         while True:
+            changed = self.scheduler.changes.watch()
             found = await asyncio.to_thread(self.store.results, after, limit)
             if found or time.monotonic() >= end:
                 return found
-            await asyncio.sleep(min(_WAIT_POLL_S * 4, max(0.0, end - time.monotonic())))
+            await self.scheduler.changes.wait(changed, min(_WAIT_POLL_S, end - time.monotonic()))
 
     def status(self) -> dict[str, Any]:
         settings = self.settings

@@ -27,7 +27,7 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
         service = RolloutService(settings, plugins)
         await service.start()
         app.state.service = service
-        app.state.backends = BackendDirectory()
+        app.state.backends = BackendDirectory(service.store)
         try:
             yield
         finally:

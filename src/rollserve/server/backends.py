@@ -1,7 +1,9 @@
-"""Registered inference backends, checked on registration (``GET {url}/models`` answers)."""
+"""Registered inference backends, checked on registration (``GET {url}/models`` answers) and
+kept in the store, so that they outlive a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 
@@ -9,13 +11,14 @@ import httpx
 
 from rollserve.errors import BackendNotFoundError, InvalidInputError
 from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.storage import BackendStore
 
 
 class BackendDirectory:
-    """The backends a trainer registered on this node."""
+    """The backends a trainer registered, as the store holds them."""
 
-    def __init__(self) -> None:
-        self._backends: dict[str, BackendView] = {}
+    def __init__(self, store: BackendStore) -> None:
+        self._store = store
 
     async def register(self, spec: BackendSpec) -> BackendView:
         url = spec.url.rstrip("/")
@@ -34,12 +37,15 @@ class BackendDirectory:
         backend = BackendView(
             **{**spec.model_dump(), "id": backend_id, "url": url}, registered_at=time.time()
         )
-        self._backends[backend_id] = backend
+        await asyncio.to_thread(
+            self._store.save_backend, backend_id, backend.model_dump(mode="json")
+        )
         return backend
 
-    def list(self) -> list[BackendView]:
-        return list(self._backends.values())
+    async def list(self) -> list[BackendView]:
+        stored = await asyncio.to_thread(self._store.load_backends)
+        return [BackendView.model_validate(spec) for spec in stored]
 
-    def remove(self, backend_id: str) -> None:
-        if self._backends.pop(backend_id, None) is None:
+    async def remove(self, backend_id: str) -> None:
+        if not await asyncio.to_thread(self._store.delete_backend, backend_id):
             raise BackendNotFoundError(f"no backend {backend_id!r}", backend_id=backend_id)

@@ -90,18 +90,18 @@ async def register_backend(spec: BackendSpec, directory: Backends) -> BackendVie
 
 @api.get("/llm/backends", response_model=list[BackendView])
 async def list_backends(directory: Backends) -> list[BackendView]:
-    return directory.list()
+    return await directory.list()
 
 
 @api.delete("/llm/backends/{backend_id}", status_code=204)
 async def remove_backend(backend_id: str, directory: Backends) -> Response:
-    directory.remove(backend_id)
+    await directory.remove(backend_id)
     return Response(status_code=204)
 
 
 @api.get("/status")
 async def status(svc: Service, directory: Backends) -> dict[str, Any]:
-    return {**svc.status(), "backends": [b.model_dump() for b in directory.list()]}
+    return {**svc.status(), "backends": [b.model_dump() for b in await directory.list()]}
 
 
 @health.get("/metrics")

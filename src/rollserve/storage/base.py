@@ -180,3 +180,20 @@ class JobStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class BackendStore(Protocol):
+    """Registered inference backends, kept across restarts (and shared by the nodes of one
+    store): a trainer registers its servers once, not once per rollserve process."""
+
+    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
+        """Insert or replace a backend's registration."""
+        ...
+
+    def load_backends(self) -> list[dict[str, Any]]:
+        """Every registration, oldest first."""
+        ...
+
+    def delete_backend(self, backend_id: str) -> bool:
+        """Forget a backend; False if it was not registered."""
+        ...

@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
 CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE TABLE IF NOT EXISTS backends (
+    backend_id TEXT PRIMARY KEY,
+    spec TEXT NOT NULL,
+    updated REAL NOT NULL
+);
 """
 
 _JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
@@ -359,6 +364,27 @@ class SqliteJobStore:
     def counts(self) -> dict[str, int]:
         rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
         return {row["status"]: row["n"] for row in rows}
+
+    # -- inference backends ----------------------------------------------------------------------
+
+    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
+        with self._write() as db:
+            db.execute(
+                "INSERT INTO backends (backend_id, spec, updated) VALUES (?, ?, ?)"
+                " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
+                " updated = excluded.updated",
+                (backend_id, json.dumps(spec), self._clock()),
+            )
+
+    def load_backends(self) -> list[dict[str, Any]]:
+        rows = self._read("SELECT spec FROM backends ORDER BY updated, backend_id")
+        return [json.loads(row["spec"]) for row in rows]
+
+    def delete_backend(self, backend_id: str) -> bool:
+        with self._write() as db:
+            return bool(
+                db.execute("DELETE FROM backends WHERE backend_id = ?", (backend_id,)).rowcount
+            )
 
     def close(self) -> None:
         with self._lock:
