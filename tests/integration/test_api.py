@@ -80,6 +80,8 @@ def test_bearer_token(server_factory: Callable[..., Server]) -> None:
     ok = httpx.get(f"{server.url}/v1/status", headers={"Authorization": "Bearer sesame"})
     assert ok.status_code == 200
     assert httpx.get(f"{server.url}/healthz").status_code == 200
+    assert httpx.get(f"{server.url}/readyz").status_code == 200
+    assert httpx.get(f"{server.url}/metrics").status_code == 401
 
 
 def test_backends_are_checked_kept_across_restarts_and_removed(

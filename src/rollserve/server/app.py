@@ -15,7 +15,7 @@ from rollserve.errors import QueueFullError, RollserveError, UnauthorizedError
 from rollserve.pipeline.service import RolloutService
 from rollserve.pipeline.stages import Plugins
 from rollserve.server.backends import BackendDirectory
-from rollserve.server.routes import api, health
+from rollserve.server.routes import api, health, metrics_route
 from rollserve.settings import Settings
 
 
@@ -44,6 +44,7 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
     app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan)
     app.include_router(health)
     app.include_router(api, dependencies=[Depends(authorize)])
+    app.include_router(metrics_route, dependencies=[Depends(authorize)])
 
     @app.exception_handler(RollserveError)
     async def rollserve_error(request: Request, exc: RollserveError) -> JSONResponse:

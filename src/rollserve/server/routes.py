@@ -30,6 +30,7 @@ WaitS = Annotated[float, Query(ge=0, le=600, description="long-poll seconds")]
 
 health = APIRouter()
 api = APIRouter(prefix="/v1")
+metrics_route = APIRouter()
 
 
 @health.get("/healthz")
@@ -104,7 +105,7 @@ async def status(svc: Service, directory: Backends) -> dict[str, Any]:
     return {**svc.status(), "backends": [b.model_dump() for b in await directory.list()]}
 
 
-@health.get("/metrics")
+@metrics_route.get("/metrics")
 async def metrics(svc: Service) -> Response:
     body, content_type = render_metrics(svc)
     return Response(content=body, media_type=content_type)
