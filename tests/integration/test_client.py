@@ -75,6 +75,14 @@ def test_submit_and_status_commands(server_factory: Callable[..., Server], tmp_p
         [*cli, "status", "--server", server.url], capture_output=True, text=True, timeout=60
     )
     assert json.loads(status.stdout)["jobs"] == {"completed": 3}
+    again = subprocess.run(  # the same ids: nothing runs again, the stored results come back
+        [*cli, "submit", str(tasks), "--server", server.url, "--wait", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert again.returncode == 0 and "(0 new)" in again.stdout, again.stderr
+    assert [json.loads(line) for line in out.read_text().splitlines()] == results
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": {"kind": "echo"}}\n')
     refused = subprocess.run(

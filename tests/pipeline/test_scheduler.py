@@ -4,6 +4,9 @@ per-stage timeouts, retries of infrastructure failures, idempotent submits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -149,6 +152,24 @@ async def test_infrastructure_failures_are_retried_then_succeed(
         [record] = await pipe.wait([job_id])
         assert record.status == JobStatus.COMPLETED and record.attempts == 3
         assert RolloutResult.model_validate(record.result).reward == 1.0
+
+
+async def test_a_sandbox_killed_mid_run_is_retried_in_a_new_one(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("k", commands=["sleep 2", "printf k > answer.txt"]))
+        await pipe.until(job_id, lambda r: r.status == JobStatus.RUNNING)
+        await asyncio.sleep(0.3)
+        [sandbox] = pipe.sandboxes.live.values()
+        for process in sandbox.host_processes():  # as an OOM killer or an operator would
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.COMPLETED and record.attempts == 2
+        assert RolloutResult.model_validate(record.result).reward == 1.0
+        await asyncio.sleep(0.2)
+        _no_sandboxes_left(pipe)
 
 
 async def test_persistent_infrastructure_failure_fails_the_job(

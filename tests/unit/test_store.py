@@ -219,6 +219,41 @@ def test_retention_purges_old_results(store: SqliteJobStore, clock: Clock) -> No
     assert store.get("old") is None and store.get("new") is not None
 
 
+def test_results_feed_goes_on_after_everything_was_purged(
+    store: SqliteJobStore, clock: Clock
+) -> None:
+    store.submit(_jobs("a", "b"), max_queued=10)
+    for job_id in ("a", "b"):
+        store.claim(Stage.INIT, "n", 30)
+        store.finish(job_id, "n", JobStatus.COMPLETED)
+    assert store.results_head() == 2
+    clock.now += 100
+    assert store.purge(finished_before=clock.now) == 2
+    assert store.results_head() == 2
+    store.submit(_jobs("c"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.finish("c", "n", JobStatus.COMPLETED)
+    assert [r.job_id for r in store.results(after=2, limit=10)] == ["c"]
+    assert store.results_head() == 3
+
+
+def test_backends_are_kept(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    first = SqliteJobStore(path)
+    first.save_backend("b1", {"id": "b1", "url": "http://a/v1"})
+    first.save_backend("b2", {"id": "b2", "url": "http://b/v1"})
+    first.save_backend("b1", {"id": "b1", "url": "http://c/v1"})  # re-registration replaces
+    first.close()
+    second = SqliteJobStore(path)
+    assert {b["id"]: b["url"] for b in second.load_backends()} == {
+        "b1": "http://c/v1",
+        "b2": "http://b/v1",
+    }
+    assert second.delete_backend("b2") and not second.delete_backend("b2")
+    assert [b["id"] for b in second.load_backends()] == ["b1"]
+    second.close()
+
+
 def test_jobs_survive_reopening(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     first = SqliteJobStore(path)

@@ -36,12 +36,16 @@ def read_jobs(path: Path) -> list[JobRequest]:
 
 
 _STATUSES = ("queued", "initializing", "running", "evaluating", "completed", "failed", "cancelled")
+_TERMINAL = ("completed", "failed", "cancelled")
 
 
-def _progress(counts: Counter[str], total: int) -> Table:
-    """The server's jobs by stage and outcome (the server's, not only these ``total``)."""
-    table = Table(*_STATUSES, title=f"submitted {total} jobs; on the server:")
-    table.add_row(*(str(counts.get(s, 0)) for s in _STATUSES))
+def _progress(server: Counter[str], mine: Counter[str], total: int) -> Table:
+    """Jobs by stage on the server, and how many of this submission have finished."""
+    done = sum(mine.values())
+    title = f"{done}/{total} of these jobs done; the server's jobs by status:"
+    table = Table(*_STATUSES, title=title)
+    table.add_row(*(str(server.get(s, 0)) for s in _STATUSES))
+    table.add_row(*(str(mine.get(s, "")) for s in _STATUSES), style="bold")
     return table
 
 
@@ -51,6 +55,7 @@ def submit(
     """Submit the jobs of ``path``; with ``wait``, show progress and collect the results.
     Returns how many jobs did not complete."""
     jobs = read_jobs(path)
+    cursor = int(client.status()["results_cursor"])  # results from here on are new
     accepted = client.submit_batch(list(jobs))
     ids = [a.job_id for a in accepted]
     console.print(f"submitted {len(ids)} jobs ({sum(a.created for a in accepted)} new)")
@@ -58,18 +63,25 @@ def submit(
         for job_id in ids:
             console.print(job_id)
         return 0
-    pending = set(ids)
     finished: dict[str, dict[str, Any]] = {}
-    cursor = 0
+    for known in accepted:  # resubmitted jobs that had already finished before the cursor
+        if known.status in _TERMINAL:
+            finished[known.job_id] = client.get(known.job_id).model_dump(mode="json")
+    pending = set(ids) - set(finished)
     with Live(console=console, refresh_per_second=4) as live:
-        while pending:
+        while True:
+            mine = Counter(f["status"] for f in finished.values())
+            live.update(_progress(Counter(client.status()["jobs"]), mine, len(ids)))
+            if not pending:
+                break
             page = client.results(cursor, limit=1000, wait=1.0)
             cursor = page.next
             for job in page.results:
                 if job.job_id in pending:
                     pending.discard(job.job_id)
                     finished[job.job_id] = job.model_dump(mode="json")
-            live.update(_progress(Counter(client.status()["jobs"]), len(ids)))
+    if not console.is_terminal:
+        console.line()
     if out is not None:
         out.write_text("".join(json.dumps(finished[j]) + "\n" for j in ids))
         console.print(f"results written to {out}")

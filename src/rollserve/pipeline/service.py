@@ -130,6 +130,7 @@ class RolloutService:
                 for stage, size in pools.items()
             },
             "jobs": self.store.counts(),
+            "results_cursor": self.store.results_head(),
             "live_sandboxes": len(self.sandboxes.live),
         }
 

@@ -179,6 +179,11 @@ class JobStore(Protocol):
         """Jobs by status."""
         ...
 
+    def results_head(self) -> int:
+        """The cursor of the latest finished job (0 before any): where a reader of the results
+        feed starts to see only what finishes from now on."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -47,6 +47,9 @@ CREATE TABLE IF NOT EXISTS jobs (
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
 CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO counters (name, value)
+    SELECT 'done_seq', coalesce(max(done_seq), 0) FROM jobs;
 CREATE TABLE IF NOT EXISTS backends (
     backend_id TEXT PRIMARY KEY,
     spec TEXT NOT NULL,
@@ -386,14 +389,21 @@ class SqliteJobStore:
                 db.execute("DELETE FROM backends WHERE backend_id = ?", (backend_id,)).rowcount
             )
 
+    def results_head(self) -> int:
+        return int(self._read("SELECT value FROM counters WHERE name = 'done_seq'")[0][0])
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
 
 
 def _next_done_seq(db: sqlite3.Connection) -> int:
-    """The next place in the results feed (completion order)."""
-    return int(db.execute("SELECT coalesce(max(done_seq), 0) + 1 FROM jobs").fetchone()[0])
+    """The next place in the results feed (completion order). A counter, not max + 1: after
+    purging every finished job the feed must still go on from where readers are."""
+    row = db.execute(
+        "UPDATE counters SET value = value + 1 WHERE name = 'done_seq' RETURNING value"
+    ).fetchone()
+    return int(row[0])
 
 
 def _dump(value: dict[str, Any] | None) -> str | None:
