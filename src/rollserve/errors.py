@@ -167,6 +167,12 @@ class BackendUnavailableError(InfrastructureError):
     code = "backend_unavailable"
 
 
+class BackendRequestError(InfrastructureError):
+    """An inference backend refused a well-formed request (its answer is in the message)."""
+
+    code = "backend_request_refused"
+
+
 class SandboxStartError(InfrastructureError):
     """A sandbox or its shell failed to start."""
 

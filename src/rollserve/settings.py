@@ -72,6 +72,14 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(1.0, ge=0)
     lease_s: float = Field(30.0, gt=0, description="a worker's hold on a job between heartbeats")
     api_token: str | None = Field(None, description="bearer token required on all but health")
+    # Inference backends and the router.
+    llm_request_timeout_s: float = Field(600.0, gt=0, description="one model call at most")
+    llm_health_interval_s: float = Field(5.0, gt=0, description="backend health checks")
+    llm_wait_s: float = Field(
+        300.0, ge=0, description="a turn waits this long for a usable backend, then fails"
+    )
+    llm_drain_s: float = Field(60.0, ge=0, description="a removed backend's requests may finish")
+    llm_failover_attempts: int = Field(3, ge=1, description="backends one turn may try")
     result_retention_s: float = Field(7 * 24 * 3600.0, gt=0)
     ci: bool = Field(
         False,

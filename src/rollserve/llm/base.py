@@ -1,0 +1,69 @@
+"""The inference backend Protocol: one server (vLLM, SGLang, any OpenAI-compatible endpoint)
+that generates either from token ids (token mode) or from chat messages (text mode)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rollserve.schema.backends import BackendView
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """What a turn asks of the backend; ``max_tokens`` is already cut to the context budget."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass
+class TokenCompletion:
+    """A token-mode generation: exactly the ids the backend produced, with their logprobs."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (an end/stop token or string) or "length"
+
+
+@dataclass
+class ChatCompletion:
+    """A text-mode generation: the assistant message in OpenAI chat format."""
+
+    content: str
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI tool_calls
+    finish_reason: str = "stop"
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class LLMBackend(Protocol):
+    """One registered inference server. Network failures raise BackendUnavailable (the router
+    then fails the turn over to another backend); a refused request raises InvalidInputError
+    or RemoteBackendError with what the server said."""
+
+    view: BackendView
+
+    @property
+    def token_mode(self) -> bool:
+        """Whether ``complete_tokens`` works (vllm/sglang with a tokenizer)."""
+        ...
+
+    async def check(self) -> None:
+        """Raise BackendUnavailable unless the server answers (health)."""
+        ...
+
+    async def complete_tokens(
+        self, prompt_ids: list[int], sampling: SamplingParams
+    ) -> TokenCompletion: ...
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        sampling: SamplingParams,
+    ) -> ChatCompletion: ...
+
+    async def aclose(self) -> None: ...
