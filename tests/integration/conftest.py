@@ -113,3 +113,66 @@ def models_url() -> Iterator[str]:
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     httpd.shutdown()
     httpd.server_close()
+
+
+class LlmServer:
+    """``rollserve llm serve`` on a free port, as a real process (the CPU inference server)."""
+
+    def __init__(self, model_dir: Path, name: str, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        with open(log, "ab") as sink:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "rollserve.cli.app",
+                    "llm",
+                    "serve",
+                    "--model",
+                    str(model_dir),
+                    "--port",
+                    str(self.port),
+                    "--served-model-name",
+                    name,
+                ],
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=sink,
+            )
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            assert self.proc.poll() is None, f"llm serve exited; see {log}"
+            try:
+                if httpx.get(f"{self.url}/models", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError("llm serve did not become ready")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model and its tokenizer, built once per test session."""
+    from rollserve.testing.tiny_model import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def llm_server_factory(tmp_path: Path) -> Iterator[Callable[[Path, str], LlmServer]]:
+    servers: list[LlmServer] = []
+
+    def make(model_dir: Path, name: str) -> LlmServer:
+        server = LlmServer(model_dir, name, tmp_path / f"llm-{len(servers)}.log")
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.kill()

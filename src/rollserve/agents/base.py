@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, JobRequest
+from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest
+from rollserve.schema.tokens import Tokens
 from rollserve.tasks.base import RunOutput
 
 
@@ -16,9 +18,25 @@ class RunContext:
     an episode cut off by its time limit is evaluated on what it recorded here."""
 
     request: JobRequest
+    llm: ModelSession | None = None  # the rollout's model, when the server has backends
+    system_prompt: str = ""  # the task family's instructions
+    tools: list[str] = field(default_factory=list)  # the task family's tool names
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
     submission: str | None = None
+    tokens: Tokens | None = None  # token mode: the trajectory so far
+    tool_errors: int = 0  # malformed or failed tool calls, told to the model
+
+    def output(self, exit_reason: ExitReason) -> RunOutput:
+        """The episode as it stands, ended for ``exit_reason``."""
+        return RunOutput(
+            exit_reason=exit_reason,
+            submission=self.submission,
+            messages=self.messages,
+            turns=self.turns,
+            tokens=self.tokens.model_dump() if self.tokens is not None else None,
+            tool_errors=self.tool_errors,
+        )
 
 
 class Agent(Protocol):

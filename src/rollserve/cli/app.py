@@ -12,9 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rollserve.bench.router import Workload, bench_router, router_table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
 from rollserve.cli.demo import check_table, run_demo
+from rollserve.cli.llm import llm_app
 from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
 from rollserve.client import RolloutClient
@@ -31,6 +33,7 @@ sandbox_app = typer.Typer(help="Sandbox backends.", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks (figures, not tests).", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(bench_app, name="bench")
+app.add_typer(llm_app, name="llm")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory")]
 
@@ -86,6 +89,27 @@ def bench_shell_cmd(
             r.backend, r.method, f"{r.p50_ms:.3f}", f"{r.p99_ms:.3f}", str(r.n), f"{ratio:.1f}x"
         )
     Console().print(table)
+
+
+@bench_app.command("router")
+def bench_router_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    sessions: Annotated[int, typer.Option("--sessions", min=1, help="rollouts at a time")] = 64,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="model calls per rollout")] = 4,
+    rollouts: Annotated[
+        int | None, typer.Option("--rollouts", min=1, help="rollouts in all (4 x sessions)")
+    ] = None,
+    slowdown: Annotated[
+        float, typer.Option("--slowdown", min=1.0, help="the slow server's time per token, x")
+    ] = 5.0,
+) -> None:
+    """Load-aware routing vs ProRL Agent's assignment counter, on emulated servers."""
+    workload = Workload(sessions=sessions, turns=turns, rollouts=rollouts or 4 * sessions)
+    result = asyncio.run(bench_router(workload, slowdown=slowdown))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(router_table(result))
 
 
 @app.command("serve")

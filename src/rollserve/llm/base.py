@@ -55,6 +55,12 @@ class LLMBackend(Protocol):
         """Raise BackendUnavailable unless the server answers (health)."""
         ...
 
+    async def verify(self) -> None:
+        """Registration check: the server answers, is the declared kind, serves the model, and
+        the tokenizer (if any) loads and has a chat template; raises InvalidInputError naming
+        the field."""
+        ...
+
     async def complete_tokens(
         self, prompt_ids: list[int], sampling: SamplingParams
     ) -> TokenCompletion: ...

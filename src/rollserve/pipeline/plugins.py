@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from rollserve.agents.base import Agent
 from rollserve.agents.submit import SubmitAgent
+from rollserve.agents.tool import ToolAgent
+from rollserve.llm.toolcalls import default_parsers
 from rollserve.pipeline.stages import Plugins
 from rollserve.registry import Registry
 from rollserve.tasks.base import TaskHandler
+from rollserve.tasks.math import MathHandler
 
 
 def default_plugins() -> Plugins:
-    """The built-in task handlers and agents; ``--plugins`` modules add to them."""
+    """The built-in task handlers, agents and parsers; ``--plugins`` modules add to them."""
     handlers: Registry[TaskHandler] = Registry("task kind")
+    handlers.register(MathHandler.name, MathHandler())
+    parsers = default_parsers()
     agents: Registry[Agent] = Registry("agent")
     agents.register(SubmitAgent.name, SubmitAgent())
-    return Plugins(handlers=handlers, agents=agents)
+    agents.register(ToolAgent.name, ToolAgent(parsers))
+    return Plugins(handlers=handlers, agents=agents, parsers=parsers)

@@ -205,7 +205,10 @@ class Scheduler:
         sandbox = self._held[job.job_id]
         try:
             output = await self.runner.run(
-                request, sandbox, _timeout(request, "run_s", self.settings.run_timeout_s)
+                job.job_id,
+                request,
+                sandbox,
+                _timeout(request, "run_s", self.settings.run_timeout_s),
             )
         finally:
             self._held.pop(job.job_id, None)

@@ -9,6 +9,10 @@ import time
 from typing import Any
 
 from rollserve.errors import JobNotFoundError
+from rollserve.llm.kinds import default_kinds
+from rollserve.llm.router import Router
+from rollserve.llm.session import Models
+from rollserve.llm.templates import TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
 from rollserve.pipeline.stages import Plugins, StageRunner, validate
 from rollserve.sandbox import SandboxManager
@@ -28,14 +32,18 @@ class RolloutService:
         self.plugins = plugins
         self.store = SqliteJobStore(settings.job_db)
         self.sandboxes = SandboxManager(settings)
+        templates = TemplateCache()
+        self.router = Router(settings, self.store, default_kinds(templates))
+        models = Models(self.router, templates)
         self.scheduler = Scheduler(
-            settings, self.store, StageRunner(settings, self.sandboxes, plugins)
+            settings, self.store, StageRunner(settings, self.sandboxes, plugins, models)
         )
         self.started = time.time()
         self._purger: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         await self.sandboxes.__aenter__()  # reaps what a crashed predecessor left
+        await self.router.start()
         await self.scheduler.start()
         self._purger = asyncio.create_task(self._purge_loop())
 
@@ -43,6 +51,7 @@ class RolloutService:
         if self._purger is not None:
             self._purger.cancel()
         await self.scheduler.stop()
+        await self.router.stop()
         await self.sandboxes.close_all()
         self.store.close()
 
@@ -132,6 +141,7 @@ class RolloutService:
             "jobs": self.store.counts(),
             "results_cursor": self.store.results_head(),
             "live_sandboxes": len(self.sandboxes.live),
+            "backends": [b.model_dump(mode="json") for b in self.router.views()],
         }
 
 

@@ -10,21 +10,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollserve.agents.base import Agent, RunContext
+from rollserve.llm.session import Models
+from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest, RolloutResult
 from rollserve.schema.sandbox import SandboxSpec
+from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
 from rollserve.tasks.base import RunOutput, TaskHandler
 
 
 @dataclass
 class Plugins:
-    """The handlers and agents a pipeline knows, by name."""
+    """The handlers, agents and tool-call parsers a pipeline knows, by name."""
 
     handlers: Registry[TaskHandler]
     agents: Registry[Agent]
+    parsers: Registry[ToolCallParser]
 
 
 def agent_config(request: JobRequest) -> AgentConfig:
@@ -59,10 +63,17 @@ def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
 class StageRunner:
     """The work of the three stages, given the node's sandboxes and plug-ins."""
 
-    def __init__(self, settings: Settings, sandboxes: SandboxManager, plugins: Plugins) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        sandboxes: SandboxManager,
+        plugins: Plugins,
+        models: Models | None = None,
+    ) -> None:
         self.settings = settings
         self.sandboxes = sandboxes
         self.plugins = plugins
+        self.models = models
 
     async def init(self, request: JobRequest) -> SandboxInstance | None:
         handler = self.plugins.handlers.get(request.task.kind)
@@ -78,22 +89,23 @@ class StageRunner:
         return sandbox
 
     async def run(
-        self, request: JobRequest, sandbox: Sandbox | None, timeout_s: float
+        self, job_id: str, request: JobRequest, sandbox: Sandbox | None, timeout_s: float
     ) -> RunOutput:
         """The episode; one cut off by its time limit keeps what it recorded (``timeout``)."""
         config = agent_config(request)
         agent = self.plugins.agents.get(config.name)
-        context = RunContext(request=request)
+        handler = self.plugins.handlers.get(request.task.kind)
+        context = RunContext(
+            request=request,
+            llm=self.models.session(job_id, request.model) if self.models else None,
+            system_prompt=handler.system_prompt(request.task),
+            tools=handler.tools(request.task),
+        )
         try:
             async with asyncio.timeout(timeout_s):
                 return await agent.run(sandbox, config, context)
         except TimeoutError:
-            return RunOutput(
-                exit_reason=ExitReason.TIMEOUT,
-                submission=context.submission,
-                messages=context.messages,
-                turns=context.turns,
-            )
+            return context.output(ExitReason.TIMEOUT)
 
     @staticmethod
     def unscored(output: RunOutput, reason: str) -> RolloutResult:
@@ -104,7 +116,8 @@ class StageRunner:
             exit_reason=output.exit_reason,
             messages=output.messages,
             turns=output.turns,
-            tokens=output.tokens,
+            tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
+            tool_errors=output.tool_errors,
         )
 
     async def evaluate(self, request: JobRequest, output: RunOutput) -> RolloutResult:
@@ -129,5 +142,6 @@ class StageRunner:
             messages=output.messages,
             turns=output.turns,
             patch=evaluation.patch,
-            tokens=output.tokens,
+            tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
+            tool_errors=output.tool_errors,
         )

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.schema.sandbox import SandboxLimits
+from rollserve.schema.tokens import Tokens
 
 
 class _Model(BaseModel):
@@ -100,7 +101,8 @@ class RolloutResult(_Model):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     turns: int = 0
     patch: str | None = None
-    tokens: dict[str, Any] | None = None
+    tokens: Tokens | None = None
+    tool_errors: int = Field(0, description="malformed or failed tool calls told to the model")
 
 
 class JobTiming(_Model):

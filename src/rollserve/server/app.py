@@ -14,7 +14,6 @@ from rollserve import __version__
 from rollserve.errors import QueueFullError, RollserveError, UnauthorizedError
 from rollserve.pipeline.service import RolloutService
 from rollserve.pipeline.stages import Plugins
-from rollserve.server.backends import BackendDirectory
 from rollserve.server.routes import api, health, metrics_route
 from rollserve.settings import Settings
 
@@ -27,7 +26,6 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
         service = RolloutService(settings, plugins)
         await service.start()
         app.state.service = service
-        app.state.backends = BackendDirectory(service.store)
         try:
             yield
         finally:

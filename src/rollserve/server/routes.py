@@ -10,7 +10,6 @@ from rollserve.pipeline.service import RolloutService, view
 from rollserve.schema.api import Accepted, BatchAccepted, BatchRequest, GroupCancelled, ResultsPage
 from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.schema.jobs import JobRequest, JobView
-from rollserve.server.backends import BackendDirectory
 from rollserve.server.metrics import render_metrics
 
 
@@ -19,13 +18,7 @@ def service(request: Request) -> RolloutService:
     return svc
 
 
-def backends(request: Request) -> BackendDirectory:
-    directory: BackendDirectory = request.app.state.backends
-    return directory
-
-
 Service = Annotated[RolloutService, Depends(service)]
-Backends = Annotated[BackendDirectory, Depends(backends)]
 WaitS = Annotated[float, Query(ge=0, le=600, description="long-poll seconds")]
 
 health = APIRouter()
@@ -85,24 +78,24 @@ async def results(
 
 
 @api.post("/llm/backends", status_code=201, response_model=BackendView)
-async def register_backend(spec: BackendSpec, directory: Backends) -> BackendView:
-    return await directory.register(spec)
+async def register_backend(spec: BackendSpec, svc: Service) -> BackendView:
+    return await svc.router.register(spec)
 
 
 @api.get("/llm/backends", response_model=list[BackendView])
-async def list_backends(directory: Backends) -> list[BackendView]:
-    return await directory.list()
+async def list_backends(svc: Service) -> list[BackendView]:
+    return svc.router.views()
 
 
 @api.delete("/llm/backends/{backend_id}", status_code=204)
-async def remove_backend(backend_id: str, directory: Backends) -> Response:
-    await directory.remove(backend_id)
+async def remove_backend(backend_id: str, svc: Service) -> Response:
+    await svc.router.remove(backend_id)
     return Response(status_code=204)
 
 
 @api.get("/status")
-async def status(svc: Service, directory: Backends) -> dict[str, Any]:
-    return {**svc.status(), "backends": [b.model_dump() for b in await directory.list()]}
+async def status(svc: Service) -> dict[str, Any]:
+    return svc.status()
 
 
 @metrics_route.get("/metrics")

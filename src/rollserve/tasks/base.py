@@ -25,6 +25,7 @@ class RunOutput:
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
     tokens: dict[str, Any] | None = None
+    tool_errors: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -33,6 +34,7 @@ class RunOutput:
             "messages": self.messages,
             "turns": self.turns,
             "tokens": self.tokens,
+            "tool_errors": self.tool_errors,
         }
 
     @classmethod
@@ -43,6 +45,7 @@ class RunOutput:
             messages=data["messages"],
             turns=data["turns"],
             tokens=data["tokens"],
+            tool_errors=data.get("tool_errors", 0),
         )
 
 
@@ -62,6 +65,14 @@ class TaskHandler(Protocol):
 
     def validate(self, task: Task) -> None:
         """Raise InvalidInputError naming the field when kind-specific fields are wrong."""
+        ...
+
+    def system_prompt(self, task: Task) -> str:
+        """The instructions the tool agent gives the model for this kind of task."""
+        ...
+
+    def tools(self, task: Task) -> list[str]:
+        """The tool agent's tools for this kind of task (``bash``, ``submit`` …)."""
         ...
 
     def sandbox_spec(self, task: Task, base: SandboxSpec) -> SandboxSpec | None:

@@ -47,6 +47,12 @@ class EchoHandler:
                     f"task.{key} must be a non-negative number", field=f"task.{key}"
                 )
 
+    def system_prompt(self, task: Task) -> str:
+        return "Write the text you are given into answer.txt, then submit it."
+
+    def tools(self, task: Task) -> list[str]:
+        return ["bash", "submit"]
+
     def sandbox_spec(self, task: Task, base: SandboxSpec) -> SandboxSpec | None:
         return base
 
@@ -90,9 +96,7 @@ class ScriptAgent:
         try:
             for command in (config.model_extra or {})["commands"]:
                 if context.turns >= config.max_turns:
-                    return RunOutput(
-                        ExitReason.MAX_TURNS, context.submission, context.messages, context.turns
-                    )
+                    return context.output(ExitReason.MAX_TURNS)
                 result = await session.run(command, timeout=config.command_timeout_s)
                 context.turns += 1
                 context.messages += [
@@ -103,4 +107,4 @@ class ScriptAgent:
                     context.submission = (await sandbox.read_file("answer.txt")).decode()
         finally:
             await session.close()
-        return RunOutput(ExitReason.SUBMITTED, context.submission, context.messages, context.turns)
+        return context.output(ExitReason.SUBMITTED)

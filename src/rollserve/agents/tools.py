@@ -1,0 +1,118 @@
+"""The tool agent's tools (``bash``, ``submit``): their OpenAI function schemas and how a call
+runs in the sandbox. A call that cannot run becomes an observation, never an exception; only a
+failure of the sandbox itself (an infrastructure error) is raised."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rollserve.errors import ShellExitedError
+from rollserve.llm.toolcalls import ToolCall
+from rollserve.sandbox.base import Sandbox
+from rollserve.schema.shell import CommandResult
+from rollserve.shell import ShellSession
+
+
+def tool_schemas(names: list[str]) -> list[dict[str, Any]]:
+    """OpenAI function schemas of the named tools (DESIGN.md, "Contract details")."""
+    known = {
+        "bash": {
+            "description": "Run a bash command in the workspace (a persistent shell: cwd and "
+            "environment carry over). Commands must not wait for keyboard input.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "the command to run"},
+                    "timeout": {"type": "number", "description": "seconds (optional)"},
+                },
+                "required": ["command"],
+            },
+        },
+        "submit": {
+            "description": "Finish: submit the final answer. For a repository task, call it "
+            "without an answer: the changes in the workspace are the submission.",
+            "parameters": {
+                "type": "object",
+                "properties": {"answer": {"type": "string", "description": "the final answer"}},
+                "required": [],
+            },
+        },
+    }
+    return [{"type": "function", "function": {"name": n, **known[n]}} for n in names]
+
+
+@dataclass
+class ToolOutcome:
+    """What a tool call gave back to the model, and whether it ended the episode."""
+
+    output: str
+    submitted: bool = False
+    submission: str | None = None
+    error: bool = False
+
+
+class Toolbox:
+    """Runs tool calls for one episode in its sandbox (one persistent shell)."""
+
+    def __init__(self, sandbox: Sandbox | None, names: list[str], command_timeout_s: float) -> None:
+        self.sandbox = sandbox
+        self.names = names
+        self.command_timeout_s = command_timeout_s
+        self._shell: ShellSession | None = None
+
+    async def close(self) -> None:
+        if self._shell is not None:
+            await self._shell.close()
+            self._shell = None
+
+    async def call(self, call: ToolCall) -> ToolOutcome:
+        if call.name not in self.names:
+            return ToolOutcome(
+                f"unknown tool {call.name!r}; the tools are: {', '.join(self.names)}", error=True
+            )
+        if call.name == "bash":
+            return await self._bash(call.arguments)
+        return await self._submit(call.arguments)
+
+    async def _bash(self, arguments: dict[str, Any]) -> ToolOutcome:
+        command = arguments.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return ToolOutcome("bash needs a non-empty string argument 'command'", error=True)
+        timeout = self.command_timeout_s
+        asked = arguments.get("timeout")
+        if isinstance(asked, int | float) and asked > 0:
+            timeout = min(float(asked), timeout)
+        if self.sandbox is None:
+            return ToolOutcome("this task has no sandbox: bash is unavailable", error=True)
+        if self._shell is None or not self._shell.alive:
+            self._shell = await ShellSession.open(self.sandbox)
+        try:
+            result = await self._shell.run(command, timeout=timeout)
+        except ShellExitedError as exc:
+            await self.close()
+            return ToolOutcome(f"{exc.message}; the next command starts a new shell", error=True)
+        if result.waiting_for_input:
+            await self._shell.interrupt()
+        return ToolOutcome(_describe(result, timeout))
+
+    async def _submit(self, arguments: dict[str, Any]) -> ToolOutcome:
+        answer = arguments.get("answer")
+        if answer is not None and not isinstance(answer, str):
+            answer = json.dumps(answer)
+        if answer is None and self.sandbox is not None:
+            answer = await self.sandbox.diff()  # a repository task: the workspace's changes
+        return ToolOutcome("submitted", submitted=True, submission=answer)
+
+
+def _describe(result: CommandResult, timeout: float) -> str:
+    """A command's result as the model reads it."""
+    text = result.output.rstrip("\n")
+    if result.waiting_for_input:
+        note = "the command waited for keyboard input and was interrupted; pipe input instead"
+    elif result.timed_out:
+        note = f"the command timed out after {timeout:g}s and was interrupted"
+    else:
+        note = f"exit code {result.exit_code}"
+    return f"{text}\n[{note}]" if text else f"[{note}]"

@@ -1,0 +1,298 @@
+"""The LLM router: each model call goes to the least-loaded usable backend, sticky per
+trajectory, with health checks, failover, draining removal and re-registration."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from rollserve.errors import (
+    BackendNotFoundError,
+    BackendUnavailableError,
+    InvalidInputError,
+    RollserveError,
+)
+from rollserve.llm.base import LLMBackend
+from rollserve.llm.health import BackendState, Signal, check_health
+from rollserve.registry import Registry
+from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.settings import Settings
+from rollserve.storage.base import BackendStore
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+BackendFactory = Callable[[BackendView, Settings], LLMBackend]
+"""Builds the backend object of one registration (by ``BackendSpec.kind``)."""
+
+_LIVE_FIELDS = frozenset({"healthy", "draining", "in_flight", "served", "failures", "last_error"})
+
+
+class Router:
+    """Registered inference backends and the choice of one for each model call."""
+
+    def __init__(
+        self, settings: Settings, store: BackendStore, kinds: Registry[BackendFactory]
+    ) -> None:
+        self._settings = settings
+        self._store = store
+        self._kinds = kinds
+        self._states: dict[str, BackendState] = {}  # registered and taking calls
+        self._retired: set[BackendState] = set()  # removed or replaced, draining
+        self._tasks: set[asyncio.Task[None]] = set()  # drain-then-close
+        self._health: asyncio.Task[None] | None = None
+        self._changed = Signal()
+
+    async def start(self) -> None:
+        """Build the stored registrations (the health loop decides whether they answer) and
+        start the health checks."""
+        for stored in await asyncio.to_thread(self._store.load_backends):
+            try:
+                view = BackendView.model_validate(stored)
+                backend = self._kinds.get(view.kind)(view, self._settings)
+            except (ValueError, RollserveError) as exc:
+                log.warning("stored inference backend %s not loaded: %s", stored.get("id"), exc)
+                continue
+            self._states[view.id] = BackendState(backend, view)
+        if self._health is None:
+            self._health = asyncio.create_task(self._health_loop(), name="llm-health")
+
+    async def stop(self) -> None:
+        """Stop the health checks and close every backend, draining ones included."""
+        tasks = [*self._tasks, *([self._health] if self._health else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._health = None
+        states = [*self._states.values(), *self._retired]
+        self._states.clear()
+        self._retired.clear()
+        await asyncio.gather(*(state.close() for state in states))
+
+    async def register(self, spec: BackendSpec) -> BackendView:
+        """Verify and register a backend; an existing id is replaced (its calls in flight
+        finish on the old object, which is then closed)."""
+        url = spec.url.rstrip("/")
+        backend_id = spec.id or hashlib.sha1(f"{url}|{spec.model}".encode()).hexdigest()[:12]
+        view = BackendView(
+            **{**spec.model_dump(), "id": backend_id, "url": url}, registered_at=time.time()
+        )
+        backend = self._kinds.get(view.kind)(view, self._settings)
+        try:
+            self._check_agreement(view, backend)
+            await backend.verify()
+            self._check_agreement(view, backend)  # again: others may have come in meanwhile
+            stored = view.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
+            await asyncio.to_thread(self._store.save_backend, backend_id, stored)
+        except BaseException:
+            await backend.aclose()
+            raise
+        old = self._states.get(backend_id)
+        state = self._states[backend_id] = BackendState(backend, view)
+        if old is not None:
+            self._retire(old)
+        self._changed.notify()
+        return state.view()
+
+    async def remove(self, backend_id: str) -> None:
+        """Unregister a backend: it takes no new calls and is closed once its calls in
+        flight are done (or after ``llm_drain_s``)."""
+        state = self._states.pop(backend_id, None)
+        if state is not None:
+            self._retire(state)
+        stored = await asyncio.to_thread(self._store.delete_backend, backend_id)
+        if state is None and not stored:
+            raise BackendNotFoundError(
+                f"no inference backend {backend_id!r}", backend_id=backend_id
+            )
+
+    def views(self) -> list[BackendView]:
+        """Every backend with its live state; removed ones while they drain."""
+        draining = [s for s in self._retired if s.id not in self._states and not s.closed]
+        return [state.view() for state in [*self._states.values(), *draining]]
+
+    def session(self, key: str, model: str | None) -> RouteSession:
+        """The route of one trajectory: its calls stick to one backend while it is usable."""
+        return RouteSession(self, key, model)
+
+    def token_mode(self, model: str) -> bool:
+        """Whether the usable backends of ``model`` all generate from token ids."""
+        states = self._serving(model)
+        usable = [s for s in states if s.healthy] or states
+        return bool(usable) and all(s.backend.token_mode for s in usable)
+
+    def tokenizer_for(self, model: str) -> str | None:
+        """The tokenizer directory the backends of ``model`` share (None: text mode)."""
+        states = self._serving(model)
+        return states[0].spec.tokenizer if states else None
+
+    # -- choice ---------------------------------------------------------------------------------
+
+    def _serving(self, model: str | None) -> list[BackendState]:
+        return [s for s in self._states.values() if model is None or s.spec.model == model]
+
+    def _load(self, state: BackendState) -> int:
+        # Calls still draining on a replaced registration of the same server load it too.
+        return state.in_flight + sum(
+            r.in_flight for r in self._retired if r.spec.url == state.spec.url
+        )
+
+    def _admissible(self, state: BackendState) -> bool:
+        cap = state.spec.max_concurrency
+        return state.healthy and (cap is None or self._load(state) < cap)
+
+    def _choose(self, model: str | None, sticky: str | None) -> BackendState | None:
+        current = self._states.get(sticky) if sticky is not None else None
+        if current is not None and self._usable_for(current, model):
+            return current
+        usable = [s for s in self._serving(model) if self._admissible(s)]
+        if not usable:
+            return None
+        return min(usable, key=lambda s: ((self._load(s) + 1) / s.spec.weight, s.served))
+
+    def _usable_for(self, state: BackendState, model: str | None) -> bool:
+        return (model is None or state.spec.model == model) and self._admissible(state)
+
+    async def _acquire(self, model: str | None, sticky: str | None) -> BackendState:
+        """A backend for one call, counted in flight; waits up to ``llm_wait_s`` for one."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.llm_wait_s
+        while True:
+            state = self._choose(model, sticky)
+            if state is not None:
+                state.in_flight += 1
+                return state
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise self._unavailable(model)
+            await self._changed.wait(remaining)
+
+    def _release(self, state: BackendState) -> None:
+        state.in_flight -= 1
+        self._changed.notify()
+
+    def _unavailable(self, model: str | None) -> BackendUnavailableError:
+        what = f"model {model!r}" if model is not None else "any model"
+        states = self._serving(model)
+        if not states:
+            known = ", ".join(sorted({s.spec.model for s in self._states.values()})) or "none"
+            return BackendUnavailableError(
+                f"no inference backend is registered for {what} (registered models: {known})",
+                model=model,
+                backends=0,
+            )
+        ejected = [s for s in states if not s.healthy]
+        full = len(states) - len(ejected)
+        why = []
+        if ejected:
+            why.append(f"{len(ejected)} ejected (last error: {ejected[-1].last_error})")
+        if full:
+            why.append(f"{full} at max_concurrency")
+        return BackendUnavailableError(
+            f"no usable inference backend for {what} after waiting "
+            f"{self._settings.llm_wait_s:g}s: {len(states)} registered, {', '.join(why)}",
+            model=model,
+            backends=len(states),
+            ejected=len(ejected),
+            full=full,
+        )
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _check_agreement(self, view: BackendView, backend: LLMBackend) -> None:
+        """The backends of one model must share a tokenizer and a mode: a trajectory may move
+        between them in the middle."""
+        for other in self._serving(view.model):
+            if other.id == view.id:
+                continue
+            if other.spec.tokenizer != view.tokenizer:
+                raise InvalidInputError(
+                    f"backend {other.id} serves {view.model!r} with tokenizer "
+                    f"{other.spec.tokenizer!r}, not {view.tokenizer!r}",
+                    field="tokenizer",
+                )
+            if other.backend.token_mode != backend.token_mode:
+                raise InvalidInputError(
+                    f"backend {other.id} serves {view.model!r} in "
+                    f"{'token' if other.backend.token_mode else 'text'} mode; "
+                    f"a {view.kind} backend here would not",
+                    field="kind",
+                )
+
+    def _retire(self, state: BackendState) -> None:
+        state.draining = True
+        self._retired.add(state)
+        task = asyncio.create_task(self._drain(state), name=f"llm-drain-{state.id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._changed.notify()
+
+    async def _drain(self, state: BackendState) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.llm_drain_s
+        while state.in_flight > 0 and (remaining := deadline - loop.time()) > 0:
+            await self._changed.wait(remaining)
+        if state.in_flight > 0:
+            log.warning("closing backend %s with %d calls in flight", state.id, state.in_flight)
+        await state.close()
+        self._retired.discard(state)
+
+    async def _health_loop(self) -> None:
+        interval = self._settings.llm_health_interval_s
+        while True:
+            if await check_health(list(self._states.values()), timeout=max(interval, 5.0)):
+                self._changed.notify()
+            await asyncio.sleep(interval)
+
+
+class RouteSession:
+    """The calls of one trajectory: every turn goes to the same backend (its prefix cache
+    holds the conversation) while that backend is usable; a failing backend is ejected and
+    the call fails over to another."""
+
+    def __init__(self, router: Router, key: str, model: str | None) -> None:
+        self.key = key
+        self.model = model
+        self._router = router
+        self._sticky: str | None = None
+
+    @property
+    def backend(self) -> BackendView | None:
+        """The backend this trajectory sticks to, if it is still registered."""
+        state = self._router._states.get(self._sticky) if self._sticky else None
+        return state.view() if state is not None else None
+
+    async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, LLMBackend]:
+        """Run ``fn`` on a chosen backend; returns its result and the backend that served it.
+        Raises BackendUnavailableError when no backend is usable (after ``llm_wait_s``) or
+        when ``llm_failover_attempts`` backends failed in turn."""
+        router = self._router
+        error: BackendUnavailableError | None = None
+        for _ in range(router._settings.llm_failover_attempts):
+            try:
+                state = await router._acquire(self.model, self._sticky)
+            except BackendUnavailableError as exc:
+                if error is None:
+                    raise
+                raise exc from error
+            try:
+                result = await fn(state.backend)
+            except BackendUnavailableError as exc:
+                state.failures += 1
+                state.eject(str(exc))
+                error = exc
+                continue
+            except Exception:
+                state.failures += 1
+                raise
+            finally:
+                router._release(state)
+            state.served += 1
+            self._sticky = state.id
+            return result, state.backend
+        assert error is not None
+        raise error
