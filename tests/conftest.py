@@ -20,3 +20,11 @@ def settings(tmp_path: Path) -> Settings:
 async def manager(settings: Settings) -> AsyncIterator[SandboxManager]:
     async with SandboxManager(settings) as mgr:
         yield mgr
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model and its tokenizer (``rollserve.testing``), built once per session."""
+    from rollserve.testing.tiny_model import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.getbasetemp() / "models")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import Server
 
 
@@ -85,19 +89,35 @@ def test_bearer_token(server_factory: Callable[..., Server]) -> None:
 
 
 def test_backends_are_checked_kept_across_restarts_and_removed(
-    server_factory: Callable[..., Server], models_url: str
+    server_factory: Callable[..., Server], tiny_model: Path
 ) -> None:
     server = server_factory()
     server.start()
+    llm = ScriptedLLMServer(model="m").start()
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        spec = {"id": "b1", "kind": "vllm", "url": models_url + "/", "model": "m"}
+        spec = {"id": "b1", "kind": "vllm", "url": llm.url + "/", "model": "m"}
         made = http.post("/v1/llm/backends", json=spec)
-        assert made.status_code == 201 and made.json()["url"] == models_url
-        dead = http.post("/v1/llm/backends", json={**spec, "url": "http://127.0.0.1:9/v1"})
-        assert dead.status_code == 422 and "GET /models" in dead.json()["error"]["message"]
-        wrong = http.post("/v1/llm/backends", json={**spec, "url": models_url + "/nothing"})
-        assert wrong.status_code == 422 and "HTTP 404" in wrong.json()["error"]["message"]
+        assert made.status_code == 201 and made.json()["url"] == llm.url
+        refused = {
+            "url": {**spec, "url": "http://127.0.0.1:9/v1"},  # nothing listens
+            "model": {**spec, "model": "other"},  # not served there
+            "tokenizer": {**spec, "tokenizer": "/nonexistent"},
+            "kind": {**spec, "kind": "openai", "tokenizer": str(tiny_model)},  # no token mode
+        }
+        for field, body in refused.items():
+            answer = http.post("/v1/llm/backends", json={**body, "id": "x"})
+            assert answer.status_code == 422, (field, answer.text)
+            assert answer.json()["error"]["details"]["field"] in (field, "tokenizer"), answer.text
+        no_template = Path(str(tiny_model) + "-plain")
+        shutil.copytree(tiny_model, no_template)
+        config = json.loads((no_template / "tokenizer_config.json").read_text())
+        config.pop("chat_template", None)
+        (no_template / "tokenizer_config.json").write_text(json.dumps(config))
+        (no_template / "chat_template.jinja").unlink(missing_ok=True)
+        plain = http.post("/v1/llm/backends", json={**spec, "tokenizer": str(no_template)})
+        assert plain.status_code == 422 and "no chat template" in plain.text
     server.stop()
+    llm.stop()
     server.start()
     with httpx.Client(base_url=server.url, timeout=30) as http:
         assert [b["id"] for b in http.get("/v1/llm/backends").json()] == ["b1"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import Server
+from tests.servers import LlmServer
 
 _MATH = {"task_id": "six-sevens", "kind": "math", "prompt": "What is 6*7?", "answer": "42"}
 _SOLVE = [
@@ -91,3 +93,86 @@ def test_jobs_wait_for_a_backend_then_fail_clearly(server_factory: Callable[...,
         assert done["status"] == "failed" and done["result"] is None
         assert done["error"]["code"] == "backend_unavailable"
         assert "nobody" in done["error"]["message"]
+
+
+_TINY_AGENT = {"name": "tool", "max_turns": 3, "end_without_tool_call": False}
+
+
+def test_token_mode_math_rollout_with_the_tiny_model(
+    server_factory: Callable[..., Server],
+    tiny_model: Path,
+    llm_server_factory: Callable[[Path, str], LlmServer],
+) -> None:
+    server = server_factory()
+    server.start()
+    llm = llm_server_factory(tiny_model, "tiny")
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        _register(
+            http,
+            id="tiny",
+            kind="vllm",
+            url=llm.url,
+            model="tiny",
+            tokenizer=str(tiny_model),
+            policy_version="step-3",
+        )
+        request = {
+            "task": _MATH,
+            "model": "tiny",
+            "agent": _TINY_AGENT,
+            "sampling": {"max_tokens": 16, "seed": 5},
+        }
+        job = http.post("/v1/jobs", json=request).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 120}).json()
+        assert done["status"] == "completed", done
+        result = done["result"]
+        assert result["reward"] == 0.0  # the tiny model does not know arithmetic
+        assert result["evaluation"]["correct"] is False
+        assert result["exit_reason"] == "max_turns" and result["turns"] == 3
+        tokens = result["tokens"]
+        assert len(tokens["response_ids"]) == len(tokens["response_mask"])
+        assert len(tokens["response_ids"]) == len(tokens["response_logprobs"])
+        assert [(t["backend_id"], t["policy_version"]) for t in tokens["turns"]] == [
+            ("tiny", "step-3")
+        ] * 3
+        assert done["timing"]["run_s"] > 0 and done["timing"]["eval_s"] > 0
+
+
+def test_a_killed_backend_fails_over_mid_rollout(
+    server_factory: Callable[..., Server],
+    tiny_model: Path,
+    llm_server_factory: Callable[[Path, str], LlmServer],
+) -> None:
+    server = server_factory(llm_health_interval_s="60")  # ejection by the failed call itself
+    server.start()
+    first, second = llm_server_factory(tiny_model, "tiny"), llm_server_factory(tiny_model, "tiny")
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        for backend_id, llm in (("a", first), ("b", second)):
+            _register(
+                http,
+                id=backend_id,
+                kind="vllm",
+                url=llm.url,
+                model="tiny",
+                tokenizer=str(tiny_model),
+            )
+        request = {
+            "task": _MATH,
+            "model": "tiny",
+            "agent": {**_TINY_AGENT, "max_turns": 10},
+            "sampling": {"max_tokens": 16, "seed": 5},
+        }
+        ids = [http.post("/v1/jobs", json=request).json()["job_id"] for _ in range(4)]
+        end = time.monotonic() + 60
+        while {b["id"]: b["served"] for b in http.get("/v1/llm/backends").json()}["a"] < 3:
+            assert time.monotonic() < end, "backend a was never used"
+            time.sleep(0.05)
+        first.kill()
+        jobs = [http.get(f"/v1/jobs/{i}", params={"wait": 120}).json() for i in ids]
+        assert [j["status"] for j in jobs] == ["completed"] * 4, jobs
+        assert [j["attempts"] for j in jobs] == [1] * 4  # the turn failed over, not the job
+        used = [{t["backend_id"] for t in j["result"]["tokens"]["turns"]} for j in jobs]
+        assert {"a", "b"} in used  # a rollout that started on a finished on b
+        backends = {b["id"]: b for b in http.get("/v1/llm/backends").json()}
+        assert backends["a"]["healthy"] is False and backends["a"]["last_error"]
+        assert backends["b"]["healthy"] is True

@@ -9,12 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 from rollserve.agents.base import RunContext
 from rollserve.agents.tool import ToolAgent
-from rollserve.llm.base import ChatCompletion, SamplingParams, TokenCompletion
-from rollserve.llm.kinds import VllmBackend
+from rollserve.llm.base import ChatCompletion, LLMBackend, SamplingParams, TokenCompletion
+from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import BackendFactory, Router
 from rollserve.llm.session import Models
 from rollserve.llm.templates import TemplateCache
@@ -27,13 +28,13 @@ from rollserve.settings import Settings
 from rollserve.storage import SqliteJobStore
 from rollserve.tasks.base import RunOutput
 from rollserve.testing.scripted import ScriptedLLMServer
-from tests.integration.conftest import LlmServer
+from tests.servers import LlmServer
 
 
 class Recording:
     """A backend that keeps every token request: the prompt it sent and what came back."""
 
-    def __init__(self, inner: VllmBackend) -> None:
+    def __init__(self, inner: LLMBackend) -> None:
         self.inner = inner
         self.view = inner.view
         self.calls: list[tuple[list[int], TokenCompletion]] = []
@@ -73,12 +74,14 @@ async def _rollout(
     templates = TemplateCache()
     made: list[Recording] = []
 
+    real = default_kinds(templates)
+
     def build(view: BackendView, s: Settings) -> Recording:
-        made.append(Recording(VllmBackend(view, s, templates)))
+        made.append(Recording(real.get(view.kind)(view, s)))
         return made[-1]
 
     kinds: Registry[BackendFactory] = Registry("backend kind")
-    kinds.register("vllm", build)
+    kinds.register(spec.kind, build)
     store = SqliteJobStore(settings.data_dir / "jobs.db")
     router = Router(settings, store, kinds)
     await router.start()
@@ -136,11 +139,15 @@ def _check_fidelity(output: RunOutput, recording: Recording) -> dict[str, list[A
     return tokens
 
 
+@pytest.mark.parametrize("kind", ["vllm", "sglang"])
 async def test_tiny_model_trajectory_is_token_exact(
-    settings: Settings, tiny_model: Path, llm_server_factory: Callable[[Path, str], LlmServer]
+    settings: Settings,
+    tiny_model: Path,
+    llm_server_factory: Callable[[Path, str], LlmServer],
+    kind: str,
 ) -> None:
     server = llm_server_factory(tiny_model, "tiny")
-    spec = BackendSpec(id="b", kind="vllm", url=server.url, model="tiny", tokenizer=str(tiny_model))
+    spec = BackendSpec(id="b", kind=kind, url=server.url, model="tiny", tokenizer=str(tiny_model))
     # The tiny model never calls a tool: each reply gets an observation asking it to.
     output, recording, templates = await _rollout(
         settings, spec, {"max_turns": 3, "end_without_tool_call": False}

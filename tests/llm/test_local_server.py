@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from rollserve.llm.engine import LocalEngine
-
-from .conftest import LocalLLMServer
+from tests.servers import LlmServer
 
 MESSAGES = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -42,9 +41,9 @@ def forward_logprobs(engine: LocalEngine, prompt: list[int], output: list[int]) 
     return torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
 
 
-def complete(server: LocalLLMServer, **body: Any) -> httpx.Response:
+def complete(server: LlmServer, **body: Any) -> httpx.Response:
     body.setdefault("model", server.model)
-    return httpx.post(f"{server.url}/v1/completions", json=body, timeout=60)
+    return httpx.post(f"{server.root}/v1/completions", json=body, timeout=60)
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +51,9 @@ def prompt(tiny_engine: LocalEngine) -> list[int]:
     return chat_ids(tiny_engine, MESSAGES)
 
 
-def test_models_lists_the_served_model(local_llm_server: LocalLLMServer) -> None:
-    assert httpx.get(f"{local_llm_server.url}/health").status_code == 200
-    answer = httpx.get(f"{local_llm_server.url}/v1/models").json()
+def test_models_lists_the_served_model(local_llm_server: LlmServer) -> None:
+    assert httpx.get(f"{local_llm_server.root}/health").status_code == 200
+    answer = httpx.get(f"{local_llm_server.root}/v1/models").json()
     assert answer["object"] == "list"
     (card,) = answer["data"]
     assert card["id"] == local_llm_server.model
@@ -64,7 +63,7 @@ def test_models_lists_the_served_model(local_llm_server: LocalLLMServer) -> None
 
 
 def test_token_ids_and_logprobs_come_back_aligned(
-    local_llm_server: LocalLLMServer, prompt: list[int]
+    local_llm_server: LlmServer, prompt: list[int]
 ) -> None:
     r = complete(
         local_llm_server,
@@ -96,7 +95,7 @@ def test_token_ids_and_logprobs_come_back_aligned(
 
 
 def test_logprobs_are_those_of_the_raw_logits(
-    local_llm_server: LocalLLMServer, tiny_engine: LocalEngine, prompt: list[int]
+    local_llm_server: LlmServer, tiny_engine: LocalEngine, prompt: list[int]
 ) -> None:
     # Sampled at temperature 0.5 with top-p: the reported logprobs must still be the model's own.
     r = complete(
@@ -116,9 +115,7 @@ def test_logprobs_are_those_of_the_raw_logits(
         assert logprob == pytest.approx(float(expected[step, token]), abs=1e-4)
 
 
-def test_a_seed_makes_sampling_reproducible(
-    local_llm_server: LocalLLMServer, prompt: list[int]
-) -> None:
+def test_a_seed_makes_sampling_reproducible(local_llm_server: LlmServer, prompt: list[int]) -> None:
     def sample(seed: int) -> list[int]:
         body = {"prompt": prompt, "max_tokens": 16, "seed": seed, "return_token_ids": True}
         ids: list[int] = complete(local_llm_server, **body).json()["choices"][0]["token_ids"]
@@ -129,7 +126,7 @@ def test_a_seed_makes_sampling_reproducible(
 
 
 def test_greedy_is_deterministic_and_takes_the_argmax(
-    local_llm_server: LocalLLMServer, tiny_engine: LocalEngine, prompt: list[int]
+    local_llm_server: LlmServer, tiny_engine: LocalEngine, prompt: list[int]
 ) -> None:
     body = {"prompt": prompt, "max_tokens": 10, "temperature": 0, "return_token_ids": True}
     first = complete(local_llm_server, **body).json()["choices"][0]["token_ids"]
@@ -139,7 +136,7 @@ def test_greedy_is_deterministic_and_takes_the_argmax(
 
 
 def test_finish_reason_length_then_stop_with_the_stop_token_included(
-    local_llm_server: LocalLLMServer, tiny_engine: LocalEngine, prompt: list[int]
+    local_llm_server: LlmServer, tiny_engine: LocalEngine, prompt: list[int]
 ) -> None:
     body = {"prompt": prompt, "max_tokens": 8, "temperature": 0, "return_token_ids": True}
     full = complete(local_llm_server, **body).json()["choices"][0]
@@ -165,7 +162,7 @@ def test_the_eos_of_tokenizer_and_generation_config_ends_a_generation(
 
 
 def test_context_overflow_is_a_400_with_an_openai_error(
-    local_llm_server: LocalLLMServer,
+    local_llm_server: LlmServer,
 ) -> None:
     r = complete(local_llm_server, prompt=[5] * 2040, max_tokens=16)
     assert r.status_code == 400
@@ -175,12 +172,12 @@ def test_context_overflow_is_a_400_with_an_openai_error(
     assert error["code"] == 400
 
     body = {"input_ids": [5] * 2040, "sampling_params": {"max_new_tokens": 16}}
-    r = httpx.post(f"{local_llm_server.url}/generate", json=body)
+    r = httpx.post(f"{local_llm_server.root}/generate", json=body)
     assert r.status_code == 400
     assert "maximum context length of 2048 tokens" in r.json()["error"]["message"]
 
 
-def test_invalid_requests_name_the_field(local_llm_server: LocalLLMServer) -> None:
+def test_invalid_requests_name_the_field(local_llm_server: LlmServer) -> None:
     r = complete(local_llm_server, prompt=[5, 6], n=2)
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "n"
@@ -190,7 +187,7 @@ def test_invalid_requests_name_the_field(local_llm_server: LocalLLMServer) -> No
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "temperature"
 
-    r = httpx.post(f"{local_llm_server.url}/v1/completions", json={"max_tokens": 3})
+    r = httpx.post(f"{local_llm_server.root}/v1/completions", json={"max_tokens": 3})
     assert r.status_code == 400
     assert r.json()["error"]["param"] == "prompt"
 
@@ -200,7 +197,7 @@ def test_invalid_requests_name_the_field(local_llm_server: LocalLLMServer) -> No
 
 
 def test_a_text_prompt_is_tokenized_by_the_server(
-    local_llm_server: LocalLLMServer, tiny_engine: LocalEngine
+    local_llm_server: LlmServer, tiny_engine: LocalEngine
 ) -> None:
     r = complete(local_llm_server, prompt="ls -la", max_tokens=3, return_token_ids=True)
     choice = r.json()["choices"][0]
@@ -209,7 +206,7 @@ def test_a_text_prompt_is_tokenized_by_the_server(
 
 
 def test_chat_completions_render_the_template_and_answer(
-    local_llm_server: LocalLLMServer, tiny_engine: LocalEngine
+    local_llm_server: LlmServer, tiny_engine: LocalEngine
 ) -> None:
     body = {
         "model": local_llm_server.model,
@@ -219,7 +216,7 @@ def test_chat_completions_render_the_template_and_answer(
         "seed": 1,
         "return_token_ids": True,
     }
-    r = httpx.post(f"{local_llm_server.url}/v1/chat/completions", json=body, timeout=60)
+    r = httpx.post(f"{local_llm_server.root}/v1/chat/completions", json=body, timeout=60)
     assert r.status_code == 200, r.text
     answer = r.json()
     assert answer["object"] == "chat.completion"
@@ -233,14 +230,14 @@ def test_chat_completions_render_the_template_and_answer(
 
 
 def test_sglang_generate_answers_in_sglang_shape(
-    local_llm_server: LocalLLMServer, prompt: list[int]
+    local_llm_server: LlmServer, prompt: list[int]
 ) -> None:
     body: dict[str, Any] = {
         "input_ids": prompt,
         "sampling_params": {"max_new_tokens": 6, "temperature": 0},
         "return_logprob": True,
     }
-    answer = httpx.post(f"{local_llm_server.url}/generate", json=body, timeout=60).json()
+    answer = httpx.post(f"{local_llm_server.root}/generate", json=body, timeout=60).json()
     meta = answer["meta_info"]
     assert len(answer["output_ids"]) == 6
     assert isinstance(answer["text"], str)
@@ -264,6 +261,6 @@ def test_sglang_generate_answers_in_sglang_shape(
 
     stop = answer["output_ids"][2]
     body["sampling_params"]["stop_token_ids"] = [stop]
-    meta = httpx.post(f"{local_llm_server.url}/generate", json=body).json()["meta_info"]
+    meta = httpx.post(f"{local_llm_server.root}/generate", json=body).json()["meta_info"]
     assert meta["finish_reason"] == {"type": "stop", "matched": stop}
     assert meta["output_token_logprobs"][-1][1] == stop
