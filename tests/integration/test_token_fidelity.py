@@ -14,6 +14,7 @@ import torch
 
 from rollserve.agents.base import RunContext
 from rollserve.agents.tool import ToolAgent
+from rollserve.agents.tools import tool_schemas
 from rollserve.llm.base import ChatCompletion, LLMBackend, SamplingParams, TokenCompletion
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import BackendFactory, Router
@@ -207,3 +208,27 @@ async def test_tool_calls_and_observations_in_token_mode(
     text = template.decode(observed)
     assert "<tool_response>" in text and "42" in text and text.endswith("<|im_start|>assistant\n")
     assert [m["role"] for m in output.messages][-3:] == ["tool", "assistant", "tool"]
+
+
+async def test_the_context_budget_ends_the_episode_with_max_tokens(
+    settings: Settings, tiny_model: Path, llm_server_factory: Callable[[Path, str], LlmServer]
+) -> None:
+    server = llm_server_factory(tiny_model, "tiny")
+    spec = BackendSpec(id="b", kind="vllm", url=server.url, model="tiny", tokenizer=str(tiny_model))
+    template = TemplateCache().get(str(tiny_model))
+    messages = [
+        {"role": "system", "content": "Solve the problem; use the tools."},
+        {"role": "user", "content": "What is 6*7?"},
+    ]
+    prompt = len(template.prompt_ids(messages, tool_schemas(["bash", "submit"])))
+    budget = prompt + 10  # less than one turn's 24 tokens
+    output, recording, _ = await _rollout(
+        settings, spec, {"max_turns": 5, "max_tokens": budget, "end_without_tool_call": False}
+    )
+    assert output.exit_reason == "max_tokens"
+    assert output.tokens is not None
+    [turn] = output.tokens["turns"]
+    assert turn["truncated"] is True and turn["finish_reason"] == "length"
+    assert len(output.tokens["prompt_ids"]) + len(output.tokens["response_ids"]) == budget
+    [(_, done)] = recording.calls
+    assert len(done.token_ids) == 10
