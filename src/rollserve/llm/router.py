@@ -266,6 +266,14 @@ class RouteSession:
         state = self._router._states.get(self._sticky) if self._sticky else None
         return state.view() if state is not None else None
 
+    async def pick(self) -> LLMBackend:
+        """The backend the next call will go to (waiting up to ``llm_wait_s`` for one), made
+        sticky; nothing is sent or counted."""
+        state = await self._router._acquire(self.model, self._sticky)
+        self._router._release(state)
+        self._sticky = state.id
+        return state.backend
+
     async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, LLMBackend]:
         """Run ``fn`` on a chosen backend; returns its result and the backend that served it.
         Raises BackendUnavailableError when no backend is usable (after ``llm_wait_s``) or

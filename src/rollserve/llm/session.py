@@ -3,7 +3,6 @@ decided by the backend that serves it, and a record of every turn."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rollserve.errors import BackendRequestError
@@ -13,10 +12,6 @@ from rollserve.schema.tokens import TurnInfo
 
 if TYPE_CHECKING:
     from rollserve.llm.router import Router, RouteSession
-
-
-async def _pick(backend: LLMBackend) -> LLMBackend:
-    return backend
 
 
 class ModelSession:
@@ -30,7 +25,7 @@ class ModelSession:
         self.context_limit: int | None = None
 
     async def open(self) -> None:
-        backend, _ = await self._route.call(_pick)
+        backend = await self._route.pick()
         self.token_mode = backend.token_mode
         if self.token_mode:
             assert backend.view.tokenizer is not None
@@ -102,6 +97,3 @@ class Models:
 
     def session(self, key: str, model: str | None) -> ModelSession:
         return ModelSession(self.router.session(key, model), self.templates)
-
-
-SessionFactory = Callable[[str, str | None], ModelSession]
