@@ -6,6 +6,9 @@ import asyncio
 import os
 from pathlib import Path
 
+import pytest
+
+from rollserve.errors import InvalidInputError
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
@@ -85,3 +88,25 @@ async def test_twenty_concurrent_isolated_sessions(manager: SandboxManager, back
         assert len({b.workspace for b in boxes}) == 20
     finally:
         await asyncio.gather(*(s.close() for s in shells))
+
+
+async def test_mounts_are_visible_read_only_at_the_same_path(
+    manager: SandboxManager, backend: str, tmp_path: Path
+) -> None:
+    require(manager, backend)
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "tool").write_text("#!/bin/sh\necho from the mount\n")
+    (env / "bin" / "tool").chmod(0o755)
+    box = await manager.start(spec_for(backend, mounts=[env]))
+    ran = await box.exec(f"{env}/bin/tool")
+    assert ran.stdout == "from the mount\n", ran
+    if backend != "local":  # the local backend isolates nothing
+        wrote = await box.exec(f"touch {env}/bin/new")
+        assert wrote.exit_code != 0 and not (env / "bin" / "new").exists()
+
+
+async def test_a_missing_mount_is_refused(manager: SandboxManager, backend: str) -> None:
+    require(manager, backend)
+    with pytest.raises(InvalidInputError, match="not an existing absolute directory"):
+        await manager.start(spec_for(backend, mounts=[Path("/no/such/dir")]))

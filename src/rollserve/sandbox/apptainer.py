@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rollserve.errors import BackendUnavailableError, ImageNotFoundError
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
-from rollserve.sandbox.env import sandbox_env
+from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import ApptainerSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -89,6 +89,8 @@ class ApptainerBackend:
             "--pwd",
             GUEST_WORKSPACE,
         ]
+        for mount in checked_mounts(spec.mounts):
+            args += ["--bind", f"{mount}:{mount}:ro"]
         if self.settings.apptainer_userns:
             args.append("--userns")
         if image.is_file() and not os.access("/dev/fuse", os.R_OK | os.W_OK):

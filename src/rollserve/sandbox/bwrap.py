@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rollserve.errors import BackendUnavailableError, ImageNotFoundError, InvalidInputError
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
-from rollserve.sandbox.env import sandbox_env
+from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import BwrapSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -122,6 +122,8 @@ class BwrapBackend:
             for secret in _HOST_SECRET_DIRS:
                 if os.path.isdir(secret):
                     args += ["--tmpfs", secret]
+        for mount in checked_mounts(spec.mounts):
+            args += ["--ro-bind", str(mount), str(mount)]
         args += [
             "--bind",
             str(workspace),

@@ -1,6 +1,10 @@
-"""The environment every sandbox process starts with."""
+"""The environment every sandbox process starts with, and the host directories it sees."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+from rollserve.errors import InvalidInputError
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -20,3 +24,13 @@ def sandbox_env(extra: dict[str, str], *, home: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
+
+
+def checked_mounts(mounts: list[Path]) -> list[Path]:
+    """The spec's read-only mounts, each an existing absolute host directory."""
+    for mount in mounts:
+        if not mount.is_absolute() or not mount.is_dir():
+            raise InvalidInputError(
+                f"sandbox mount {mount} is not an existing absolute directory", mount=str(mount)
+            )
+    return [mount.resolve() for mount in mounts]

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from rollserve.sandbox.base import Availability, Launcher
-from rollserve.sandbox.env import sandbox_env
+from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import LocalSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -32,6 +32,7 @@ class LocalBackend:
 
     def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
         assert isinstance(spec, LocalSpec)
+        checked_mounts(spec.mounts)  # the host's own paths: nothing to bind, but they must exist
         if not self._warned:  # once per backend (that is, per rollserve process)
             log.warning(WARNING)
             self._warned = True

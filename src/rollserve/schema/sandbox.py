@@ -28,6 +28,10 @@ class _SpecBase(_Model):
     template: Path | None = Field(
         None, description="directory copied into the sandbox's private workspace"
     )
+    mounts: list[Path] = Field(
+        default_factory=list,
+        description="host directories bound read-only at the same path (a prepared environment)",
+    )
     network: bool = Field(False, description="network access; off unless asked")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
