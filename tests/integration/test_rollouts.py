@@ -176,3 +176,22 @@ def test_a_killed_backend_fails_over_mid_rollout(
         backends = {b["id"]: b for b in http.get("/v1/llm/backends").json()}
         assert backends["a"]["healthy"] is False and backends["a"]["last_error"]
         assert backends["b"]["healthy"] is True
+
+
+def test_an_episode_that_hits_the_turn_limit(server_factory: Callable[..., Server]) -> None:
+    server = server_factory()
+    server.start()
+    busy = {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "echo busy"}}]}
+    with (
+        ScriptedLLMServer([busy] * 3, native_tool_calls=True) as llm,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):
+        _register(http, id="s", kind="openai", url=llm.url, model="scripted")
+        request = {"task": _MATH, "model": "scripted", "agent": {"name": "tool", "max_turns": 3}}
+        job = http.post("/v1/jobs", json=request).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}).json()
+        assert done["status"] == "completed", done
+        result = done["result"]
+        assert result["exit_reason"] == "max_turns" and result["turns"] == 3
+        assert result["reward"] == 0.0 and result["evaluation"]["correct"] is False
+        assert llm.turns_left == 0 and len(llm.requests) == 3

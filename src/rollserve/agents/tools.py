@@ -1,6 +1,6 @@
-"""The tool agent's tools (``bash``, ``submit``): their OpenAI function schemas and how a call
-runs in the sandbox. A call that cannot run becomes an observation, never an exception; only a
-failure of the sandbox itself (an infrastructure error) is raised."""
+"""The tool agent's tools (``bash``, ``editor``, ``submit``): their OpenAI function schemas and
+how a call runs in the sandbox. A call that cannot run becomes an observation, never an
+exception; only a failure of the sandbox itself (an infrastructure error) is raised."""
 
 from __future__ import annotations
 
@@ -8,11 +8,55 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from rollserve.agents.editor import COMMANDS, Editor
 from rollserve.errors import ShellExitedError
 from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.shell import CommandResult
 from rollserve.shell import ShellSession
+
+
+def _editor_schema() -> dict[str, Any]:
+    """The ``editor`` function (DESIGN.md, "Contract details"); built afresh for each caller."""
+    return {
+        "description": "View, create and edit text files in the workspace. view shows a file with "
+        "line numbers (or a directory's files two levels deep); create writes a new file; "
+        "str_replace replaces one exact occurrence of a text; insert adds text after a line; "
+        "undo_edit reverts the last edit of a file.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "enum": list(COMMANDS), "description": "what to do"},
+                "path": {
+                    "type": "string",
+                    "description": "the file or directory, relative to the workspace root or "
+                    "absolute inside it (/workspace/...)",
+                },
+                "file_text": {"type": "string", "description": "create: the new file's content"},
+                "old_str": {
+                    "type": "string",
+                    "description": "str_replace: the exact text to replace (whitespace included); "
+                    "it must occur exactly once in the file",
+                },
+                "new_str": {
+                    "type": "string",
+                    "description": "str_replace: the replacement (default: empty, deleting "
+                    "old_str); insert: the text to insert",
+                },
+                "insert_line": {
+                    "type": "integer",
+                    "description": "insert: the line after which new_str goes (0: the top)",
+                },
+                "view_range": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "view: [start, end] lines of a file, from 1, inclusive; "
+                    "end -1 means to the end of the file",
+                },
+            },
+            "required": ["command", "path"],
+        },
+    }
 
 
 def tool_schemas(names: list[str]) -> list[dict[str, Any]]:
@@ -30,6 +74,7 @@ def tool_schemas(names: list[str]) -> list[dict[str, Any]]:
                 "required": ["command"],
             },
         },
+        "editor": _editor_schema(),
         "submit": {
             "description": "Finish: submit the final answer. For a repository task, call it "
             "without an answer: the changes in the workspace are the submission.",
@@ -61,6 +106,7 @@ class Toolbox:
         self.names = names
         self.command_timeout_s = command_timeout_s
         self._shell: ShellSession | None = None
+        self._editor: Editor | None = None
 
     async def close(self) -> None:
         if self._shell is not None:
@@ -74,6 +120,8 @@ class Toolbox:
             )
         if call.name == "bash":
             return await self._bash(call.arguments)
+        if call.name == "editor":
+            return await self._edit(call.arguments)
         return await self._submit(call.arguments)
 
     async def _bash(self, arguments: dict[str, Any]) -> ToolOutcome:
@@ -96,6 +144,14 @@ class Toolbox:
         if result.waiting_for_input:
             await self._shell.interrupt()
         return ToolOutcome(_describe(result, timeout))
+
+    async def _edit(self, arguments: dict[str, Any]) -> ToolOutcome:
+        if self.sandbox is None:
+            return ToolOutcome("this task has no sandbox: editor is unavailable", error=True)
+        if self._editor is None:
+            self._editor = Editor(self.sandbox)
+        result = await self._editor.run(arguments)
+        return ToolOutcome(result.output, error=result.error)
 
     async def _submit(self, arguments: dict[str, Any]) -> ToolOutcome:
         answer = arguments.get("answer")
