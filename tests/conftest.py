@@ -28,3 +28,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from rollserve.testing.tiny_model import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.getbasetemp() / "models")
+
+
+from tests.swe_tasks import prepared  # noqa: E402, F401  (the session fixture, registered once)

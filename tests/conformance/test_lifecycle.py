@@ -31,6 +31,13 @@ async def test_exec_timeout(sandbox: SandboxInstance) -> None:
     assert result.timed_out and result.exit_code is None
 
 
+async def test_exec_timeout_of_a_command_flooding_its_output(sandbox: SandboxInstance) -> None:
+    # The killed command's pipes are full: they must be drained for the exec to return.
+    result = await asyncio.wait_for(sandbox.exec("yes; yes >&2", timeout=1), 30)
+    assert result.timed_out and result.exit_code is None
+    assert result.stdout.startswith("y\ny\n") and "output truncated" in result.stdout
+
+
 async def test_exec_stdin(sandbox: SandboxInstance) -> None:
     result = await sandbox.exec(["wc", "-c"], stdin=b"12345")
     assert result.stdout.strip() == "5"

@@ -19,6 +19,7 @@ from rollserve.cli.demo import check_table, run_demo
 from rollserve.cli.llm import llm_app
 from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
+from rollserve.cli.tasks import tasks_app
 from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
@@ -34,6 +35,7 @@ bench_app = typer.Typer(help="Benchmarks (figures, not tests).", no_args_is_help
 app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(bench_app, name="bench")
 app.add_typer(llm_app, name="llm")
+app.add_typer(tasks_app, name="tasks")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory")]
 

@@ -9,13 +9,17 @@ from rollserve.llm.toolcalls import default_parsers
 from rollserve.pipeline.stages import Plugins
 from rollserve.registry import Registry
 from rollserve.tasks.base import TaskHandler
+from rollserve.tasks.code import CodeHandler
 from rollserve.tasks.math import MathHandler
+from rollserve.tasks.swe import SweHandler
 
 
 def default_plugins() -> Plugins:
     """The built-in task handlers, agents and parsers; ``--plugins`` modules add to them."""
     handlers: Registry[TaskHandler] = Registry("task kind")
     handlers.register(MathHandler.name, MathHandler())
+    handlers.register(CodeHandler.name, CodeHandler())
+    handlers.register(SweHandler.name, SweHandler())
     parsers = default_parsers()
     agents: Registry[Agent] = Registry("agent")
     agents.register(SubmitAgent.name, SubmitAgent())

@@ -6,13 +6,13 @@ from pathlib import Path
 
 from rollserve.errors import InvalidInputError
 
-_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def sandbox_env(extra: dict[str, str], *, home: str) -> dict[str, str]:
     """A clean, predictable environment (no host variables leak in) plus the spec's own."""
     env = {
-        "PATH": _PATH,
+        "PATH": SYSTEM_PATH,
         "HOME": home,
         "LANG": "C.UTF-8",
         "LC_ALL": "C.UTF-8",

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 _READ_CHUNK = 65536
 _FILE_OP_TIMEOUT_S = 120.0
+_DRAIN_S = 10.0  # reading what a killed command left in its pipes
 _DIFF_LIMIT = 256 * 1024 * 1024
 # A throw-away index, so the agent's own staging is left as it was; run inside the sandbox,
 # because a repository's own configuration may run programs.
@@ -224,6 +225,11 @@ class SandboxInstance:
             killed = proc.returncode is None
             if killed:
                 _kill_unreaped(proc)
+                # What the killed command wrote still fills its pipes: read them to the end,
+                # or the transport never finishes and wait() never returns.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_DRAIN_S):
+                        await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
                 await proc.wait()
             self._procs.pop(proc.pid, None)
             await self._retire(proc.pid, kill=killed)

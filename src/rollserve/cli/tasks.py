@@ -1,0 +1,54 @@
+"""``rollserve tasks``: build task sets (``prepare-swe``: SWE tasks from release sources)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rollserve.settings import Settings
+from rollserve.tasks.swe_prepare import TaskReport, prepare_specs
+
+tasks_app = typer.Typer(help="Task sets.", no_args_is_help=True)
+
+
+def report_table(reports: list[TaskReport]) -> Table:
+    """One row per task: valid or not, the stage it reached, the time taken, why."""
+    table = Table("task", "valid", "stage", "seconds", "reason")
+    for report in reports:
+        table.add_row(
+            report.task_id,
+            "[green]yes[/green]" if report.valid else "[red]no[/red]",
+            report.stage,
+            f"{report.seconds:.1f}",
+            (report.reason or "")[:300],
+        )
+    return table
+
+
+@tasks_app.command("prepare-swe")
+def prepare_swe_cmd(
+    specs: Annotated[Path, typer.Argument(help="JSONL file, one SWE task spec per line")],
+    out: Annotated[Path, typer.Option("--out", help="where the tasks are built")],
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="only this task id (repeatable)")
+    ] = None,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="tasks prepared at a time")] = 4,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="state directory (sandboxes)")
+    ] = None,
+) -> None:
+    """Fetch each task's source, make its repository and environment, and validate it in
+    sandboxes; writes OUT/tasks.jsonl (ready to submit) and OUT/report.json. Exit code 0 iff
+    every task is valid."""
+    settings = Settings(data_dir=data_dir) if data_dir else Settings()
+    reports = asyncio.run(prepare_specs(specs, out, settings, only=only or None, jobs=jobs))
+    console = Console()
+    console.print(report_table(reports))
+    valid = sum(r.valid for r in reports)
+    console.print(f"{valid}/{len(reports)} valid; tasks in {out / 'tasks.jsonl'}")
+    raise typer.Exit(0 if valid == len(reports) else 1)

@@ -1,0 +1,95 @@
+"""The ``swe`` task fields, its sandbox spec, and the parsing pieces of SWE evaluation (no
+sandbox needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollserve.errors import InvalidInputError
+from rollserve.schema.jobs import Task
+from rollserve.schema.sandbox import BwrapSpec
+from rollserve.tasks.swe import SweHandler
+from rollserve.tasks.swe_eval import junit_key, outcome_of, parse_junit, patch_paths
+
+
+def task(**fields: Any) -> Task:
+    own = {
+        "repo": "/prepared/repo",
+        "env": "/prepared/env",
+        "test_patch": "",
+        "fail_to_pass": ["tests/test_a.py::test_a"],
+        **fields,
+    }
+    return Task.model_validate({"task_id": "t", "kind": "swe", "prompt": "fix it", **own})
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"fail_to_pass": []}, "task.fail_to_pass"),
+        ({"repo": "relative/repo"}, "task.repo"),
+        ({"python_path": ["../outside"]}, "task.python_path"),
+        ({"pass_to_pass": ["--co"]}, "task.pass_to_pass"),
+        ({"test_timeout_s": 0}, "task.test_timeout_s"),
+        ({"unknown": 1}, "task.unknown"),
+    ],
+)
+def test_bad_fields_name_the_field(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInputError) as caught:
+        SweHandler().fields(task(**fields))
+    assert caught.value.details["field"] == field
+
+
+def test_validate_wants_prepared_directories(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="prepare-swe") as caught:
+        SweHandler().validate(task(repo=str(tmp_path)))
+    assert caught.value.details["field"] == "task.repo"
+
+
+def test_the_sandbox_is_the_repository_with_its_environment() -> None:
+    base = BwrapSpec(env={"KEEP": "1"}, mounts=[Path("/data")])
+    spec = SweHandler().sandbox_spec(task(python_path=[".", "src"]), base)
+    assert isinstance(spec, BwrapSpec)
+    assert spec.template == Path("/prepared/repo")
+    assert spec.mounts == [Path("/data"), Path("/prepared/env")]
+    assert spec.env["PATH"].startswith("/prepared/env/bin:")
+    assert spec.env["PYTHONPATH"] == "/workspace:/workspace/src"
+    assert spec.env["VIRTUAL_ENV"] == "/prepared/env"
+    assert spec.env["KEEP"] == "1"
+    assert SweHandler().tools(task()) == ["bash", "editor", "submit"]
+
+
+def test_patch_paths() -> None:
+    patch = (
+        "diff --git a/src/x.py b/src/x.py\n--- a/src/x.py\n+++ b/src/x.py\n@@ -1 +1 @@\n-a\n+b\n"
+        "diff --git a/new.py b/new.py\nnew file mode 100644\n--- /dev/null\n+++ b/new.py\n"
+        "diff --git a/old name.py b/new name.py\nrename from old name.py\nrename to new name.py\n"
+        '--- "a/t\\303\\251st.py"\t2024-01-01\n+++ "b/t\\303\\251st.py"\n'
+    )
+    assert patch_paths(patch) == ["src/x.py", "new.py", "old name.py", "new name.py", "tést.py"]
+
+
+def test_junit_outcomes() -> None:
+    report = b"""<?xml version="1.0"?><testsuites><testsuite>
+      <testcase classname="tests.test_a" name="test_ok"/>
+      <testcase classname="tests.test_a.TestK" name="test_m"><failure message="x"/></testcase>
+      <testcase classname="tests.test_a" name="test_p[\\u2028]"/>
+      <testcase classname="tests.test_a" name="test_p[b]"><error message="e"/></testcase>
+      <testcase classname="tests.test_a" name="test_s"><skipped/></testcase>
+      <testcase classname="" name="tests.test_broken"><error message="collection"/></testcase>
+    </testsuite></testsuites>"""
+    cases = parse_junit(report)
+    assert junit_key("tests/test_a.py::TestK::test_m") == ("tests.test_a.TestK", "test_m")
+    expected = {
+        "tests/test_a.py::test_ok": "passed",
+        "tests/test_a.py::TestK::test_m": "failed",
+        "tests/test_a.py::test_p[\\u2028]": "passed",
+        "tests/test_a.py::test_p": "error",
+        "tests/test_a.py::test_s": "skipped",
+        "tests/test_broken.py::test_x": "error",
+        "tests/test_a.py::test_gone": "missing",
+    }
+    assert {node: outcome_of(node, cases) for node in expected} == expected
