@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -113,10 +114,16 @@ async def test_sandbox_dying_mid_command_is_an_infrastructure_error(
     require(manager, backend)
     box = await manager.start(spec_for(backend))
     session = await ShellSession.open(box)
-    task = asyncio.create_task(session.run("sleep 1000", timeout=None))
+    # A loop, so that a sweep racing a process still starting cannot end the command itself.
+    task = asyncio.create_task(session.run("while :; do sleep 1000; done", timeout=None))
     await asyncio.sleep(0.3)
-    for proc in sandbox_processes(box):
-        os.kill(proc.pid, signal.SIGKILL)
+    for _ in range(50):
+        for proc in sandbox_processes(box):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        if task.done():
+            break
+        await asyncio.sleep(0.2)
     with pytest.raises(SandboxDiedError):
         await task
 
