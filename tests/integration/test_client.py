@@ -12,6 +12,7 @@ import pytest
 
 from rollserve.client import AsyncRolloutClient, RolloutClient
 from rollserve.errors import RemoteError
+from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import Server
 
 
@@ -52,6 +53,12 @@ async def test_async_client(server_factory: Callable[..., Server]) -> None:
         got = [job.job_id async for job in client.iter_results(stop_after=2)]
         assert sorted(got) == ["c0", "c1"]
         assert (await client.wait("c1")).result is not None
+        with ScriptedLLMServer() as llm:
+            spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
+            made = await client.register_backend(spec)
+            assert made.id == "s" and [b.id for b in await client.backends()] == ["s"]
+            await client.remove_backend("s")
+            assert await client.backends() == [] or all(b.draining for b in await client.backends())
 
 
 def test_submit_and_status_commands(server_factory: Callable[..., Server], tmp_path: Path) -> None:

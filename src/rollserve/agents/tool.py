@@ -126,7 +126,8 @@ class _Episode:
             context.messages.append(_assistant(parsed))
             if info.truncated:
                 return context.output(ExitReason.MAX_TOKENS)
-            if not parsed.calls and not parsed.errors and self.own.end_without_tool_call:
+            final = not parsed.calls and not parsed.errors and info.finish_reason != "length"
+            if final and self.own.end_without_tool_call:  # a reply cut short is not an answer
                 return context.output(ExitReason.SUBMITTED)
             observations, submitted = await self.act(toolbox, parsed)
             if submitted:

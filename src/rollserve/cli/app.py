@@ -10,12 +10,17 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from rollserve.bench.overhead import OverheadWorkload, bench_overhead, overhead_table
+from rollserve.bench.pipeline import PipelineWorkload, bench_pipeline, pipeline_table
 from rollserve.bench.router import Workload, bench_router, router_table
+from rollserve.bench.scale import ScaleWorkload, bench_scale, scale_table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
-from rollserve.cli.demo import check_table, run_demo
+from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
+from rollserve.cli.export import export_app
 from rollserve.cli.llm import llm_app
 from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
@@ -36,6 +41,7 @@ app.add_typer(sandbox_app, name="sandbox")
 app.add_typer(bench_app, name="bench")
 app.add_typer(llm_app, name="llm")
 app.add_typer(tasks_app, name="tasks")
+app.add_typer(export_app, name="export")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory")]
 
@@ -114,6 +120,72 @@ def bench_router_cmd(
     Console().print(router_table(result))
 
 
+@bench_app.command("pipeline")
+def bench_pipeline_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    rollouts: Annotated[int, typer.Option("--rollouts", min=1, help="rollouts in all")] = 128,
+    slots: Annotated[int, typer.Option("--slots", min=1, help="model slots (all modes)")] = 8,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="model calls per rollout")] = 6,
+    model_ms: Annotated[float, typer.Option("--model-ms", min=0.0, help="per model call")] = 150,
+    init_ms: Annotated[float, typer.Option("--init-ms", min=0.0, help="setup, median")] = 150,
+    eval_ms: Annotated[float, typer.Option("--eval-ms", min=0.0, help="evaluation, median")] = 400,
+    eval_sigma: Annotated[float, typer.Option("--eval-sigma", min=0.0, help="lognormal")] = 1.0,
+    init_workers: Annotated[int | None, typer.Option(min=1, help="default slots/2")] = None,
+    eval_workers: Annotated[int | None, typer.Option(min=1, help="default 2 x slots")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Pipelined stages vs rollouts holding their model slot (coupled, batch-synchronous)."""
+    workload = PipelineWorkload(
+        rollouts=rollouts,
+        slots=slots,
+        turns=turns,
+        model_ms=model_ms,
+        init_ms=init_ms,
+        eval_ms=eval_ms,
+        eval_sigma=eval_sigma,
+        init_workers=init_workers,
+        eval_workers=eval_workers,
+        seed=seed,
+    )
+    result = asyncio.run(bench_pipeline(workload))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(pipeline_table(result, workload))
+
+
+@bench_app.command("overhead")
+def bench_overhead_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    turns: Annotated[int, typer.Option("--turns", min=4, help="model calls per rollout")] = 100,
+    rollouts: Annotated[int, typer.Option("--rollouts", min=1, help="rollouts timed")] = 5,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="jobs timed, one at a time")] = 40,
+) -> None:
+    """rollserve's own cost per agent turn and per job, with an instant model."""
+    workload = OverheadWorkload(turns=turns, rollouts=rollouts, shell_n=100 * rollouts, jobs=jobs)
+    result = asyncio.run(bench_overhead(workload))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(overhead_table(result))
+
+
+@bench_app.command("scale")
+def bench_scale_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    max_rollouts: Annotated[int, typer.Option("--max", min=1, help="the last step")] = 800,
+    turns: Annotated[int, typer.Option("--turns", min=2, help="model calls per rollout")] = 4,
+    model_ms: Annotated[float, typer.Option("--model-ms", min=0.0, help="per model call")] = 500,
+) -> None:
+    """Concurrent light rollouts, stepped up to --max: errors, latency, memory."""
+    workload = ScaleWorkload(max_rollouts=max_rollouts, turns=turns, model_ms=model_ms)
+    result = asyncio.run(bench_scale(workload))
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(scale_table(result))
+
+
 @app.command("serve")
 def serve_cmd(
     host: Annotated[str, typer.Option(help="address to listen on")] = "127.0.0.1",
@@ -167,9 +239,32 @@ def status_cmd(server: Server = "http://127.0.0.1:8700", token: Token = None) ->
 
 
 @app.command("demo")
-def demo(data_dir: DataDir = None) -> None:
-    """Show the sandbox check and a short shell session in the default backend."""
-    asyncio.run(run_demo(_settings(data_dir), Console()))
+def demo(
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="the demo's directory (default DATA_DIR/demo)"),
+    ] = None,
+    samples: Annotated[int, typer.Option("--samples", min=1, help="rollouts per task")] = 2,
+    model_dir: Annotated[
+        Path | None,
+        typer.Option("--model-dir", help="another model: a Hugging Face model directory"),
+    ] = None,
+    gguf: Annotated[Path | None, typer.Option("--gguf", help="another model: a .gguf file")] = None,
+    fast: Annotated[
+        bool, typer.Option("--fast", help="the tiny test model, two tasks, no SWE task")
+    ] = False,
+) -> None:
+    """Run rollserve's main job end to end: serve a small model on the CPU, register it, run
+    GRPO groups of shipped tasks in sandboxes, show rewards, timings and trajectories."""
+    settings = Settings()
+    options = DemoOptions(
+        data_dir=(data_dir or default_demo_dir(settings)).resolve(),
+        samples=samples,
+        model_dir=model_dir,
+        gguf=gguf,
+        fast=fast,
+    )
+    raise typer.Exit(run_demo(settings, options, Console()))
 
 
 def main() -> None:
@@ -178,7 +273,7 @@ def main() -> None:
     try:
         app()
     except RollserveError as exc:
-        Console(stderr=True).print(f"[red]error[/red] [{exc.code}] {exc.message}")
+        Console(stderr=True).print(f"[red]error[/red] \\[{exc.code}] {escape(exc.message)}")
         raise SystemExit(2) from exc
 
 

@@ -211,6 +211,18 @@ class AsyncRolloutClient:
         answer = _check(await self._http.post(f"/v1/groups/{group_id}/cancel"))
         return GroupCancelled.model_validate(answer.json()).cancelled
 
+    async def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
+        body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
+        answer = await self._http.post("/v1/llm/backends", json=body)
+        return BackendView.model_validate(_check(answer).json())
+
+    async def backends(self) -> list[BackendView]:
+        answer = _check(await self._http.get("/v1/llm/backends")).json()
+        return [BackendView.model_validate(b) for b in answer]
+
+    async def remove_backend(self, backend_id: str) -> None:
+        _check(await self._http.delete(f"/v1/llm/backends/{backend_id}"))
+
     async def status(self) -> dict[str, Any]:
         data: dict[str, Any] = _check(await self._http.get("/v1/status")).json()
         return data

@@ -62,3 +62,94 @@ class RouterBenchResult(BaseModel):
     slots: int  # calls each emulated server runs at once; the rest queue
     tool_ms: float  # time between turns (the tool runs in the sandbox)
     cases: list[RoutingCase]
+
+
+class Quantiles(BaseModel):
+    """Median and 99th percentile of ``n`` samples, in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    p50_ms: float
+    p99_ms: float
+    n: int
+
+
+PipelineMode = Literal["pipeline", "coupled", "sync"]
+
+
+class ModeFigures(BaseModel):
+    """``rollserve bench pipeline``: one way of running the same rollouts with ``slots``
+    model slots. Latency runs from the start of a job's first stage to its result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: PipelineMode
+    rollouts: int
+    completed: int  # ended with reward 1, as the script makes every rollout succeed
+    failed: int  # failed, or completed with another reward
+    seconds: float
+    rollouts_per_s: float
+    p50_s: float
+    p99_s: float
+    slot_idle_fraction: float  # of slots x seconds, the share no model call was generating
+    model_calls: int
+    peak_sandboxes: int  # live sandboxes at most, at any moment
+    workers: dict[str, int]  # pool sizes (pipeline: init, run, eval; otherwise: workers)
+
+
+class PipelineBenchResult(BaseModel):
+    """``rollserve bench pipeline --json``: the three modes and the pipeline's speed-ups."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    modes: dict[PipelineMode, ModeFigures]
+    speedup_vs_coupled: float
+    speedup_vs_sync: float
+
+
+class OverheadBenchResult(BaseModel):
+    """``rollserve bench overhead``: rollserve's own cost per turn and per job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: Quantiles  # one agent turn: instant model call + ``true`` in the sandbox's shell
+    turn_without_command: Quantiles  # the same loop with a tool call that runs nothing
+    shell: Quantiles  # ``true`` in a persistent shell on its own (ShellSession.run)
+    overhead_per_turn_p50_ms: float  # turn p50 minus shell p50
+    job: Quantiles  # submit to completed through the scheduler, one job at a time
+    job_stages_p50_ms: dict[str, float]  # init, run, eval and the rest (store, queues)
+    job_turns: int  # model calls in each of those jobs
+
+
+class ScaleStep(BaseModel):
+    """``rollserve bench scale``: ``rollouts`` light rollouts held open at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int
+    concurrent: int  # rollouts in their run stage, sandbox and shell live, at the same time
+    completed: int
+    errors: int  # failed jobs, wrong rewards, failed tool calls, jobs run again
+    retried: int  # jobs run more than once (a lease lost while the node was overloaded)
+    seconds: float
+    rollouts_per_s: float
+    p50_s: float
+    p99_s: float
+    turn_p50_ms: float  # a turn without the model's own latency: tool call and agent loop
+    turn_p99_ms: float
+    peak_sandboxes: int
+    processes: int  # rollserve's process tree with every sandbox and shell live
+    rss_mib: float  # summed over the tree (shared pages counted in every process)
+    pss_mib: float  # proportional set size: shared pages split among their users
+
+
+class ScaleBenchResult(BaseModel):
+    """``rollserve bench scale --json``: each step, and the largest one without errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: int
+    model_latency_ms: float
+    nofile_limit: int
+    steps: list[ScaleStep]
+    max_sustained: int

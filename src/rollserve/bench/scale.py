@@ -1,0 +1,170 @@
+"""``rollserve bench scale``: how many light rollouts one node holds open at once.
+
+Each step submits N rollouts to the Scheduler (run pool of N): an ``echo`` task in a bwrap
+sandbox, the tool agent with a persistent shell, ``turns`` calls to the scripted model (every
+one but the last runs a trivial command), and an evaluation in a fresh sandbox. The model
+holds each rollout's first call until all N rollouts have made theirs (or a timeout passed),
+so that the N sandboxes are live at once and then start their N shells together; the step
+reports how many made it to that point (``concurrent``), errors, latency, throughput, the
+time of a turn besides the model's own, and the memory of rollserve's process tree once every
+rollout has run two commands in its shell (all N sandboxes and shells live).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from rollserve.bench.memory import TreeMemory, raise_nofile, tree_memory
+from rollserve.bench.model import ModelScript, ScriptedToolBackend
+from rollserve.bench.rig import Rig, Sampler, echo_job
+from rollserve.bench.stats import quantile
+from rollserve.schema.bench import ScaleBenchResult, ScaleStep
+from rollserve.schema.jobs import RolloutResult
+from rollserve.storage import JobStatus
+
+LADDER = (50, 100, 200, 500, 800, 1000, 1500, 2000, 3000)
+COMMANDS = ("printf %s {prompt} > answer.txt", "cat answer.txt", "ls -la")
+_MIB = 1024
+
+
+@dataclass(frozen=True)
+class ScaleWorkload:
+    """The steps and what each rollout does."""
+
+    max_rollouts: int = 800
+    turns: int = 4  # model calls per rollout; the last one submits
+    model_ms: float = 500.0
+    jitter: float = 0.2
+    init_workers: int = 32
+    eval_workers: int = 32
+    barrier_timeout_s: float = 600.0
+
+    def steps(self) -> list[int]:
+        """The ladder's steps below the maximum, then the maximum."""
+        return [n for n in LADDER if n < self.max_rollouts] + [self.max_rollouts]
+
+
+async def _memory_at_checkpoint(model: ScriptedToolBackend) -> TreeMemory:
+    """The tree's memory once every rollout has started the checkpoint turn (its sandbox and
+    shell live), read in a thread of its own: the default executor is the one rollserve uses."""
+    await model.checkpoint.wait()
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(1, thread_name_prefix="bench-memory") as pool:
+        return await loop.run_in_executor(pool, tree_memory)
+
+
+async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
+    script = ModelScript(
+        commands=tuple(COMMANDS[i % len(COMMANDS)] for i in range(workload.turns - 1)),
+        latency_s=workload.model_ms / 1000,
+        jitter=workload.jitter,
+        barrier=n,
+        barrier_timeout_s=workload.barrier_timeout_s,
+        checkpoint=min(2, workload.turns - 1),
+    )
+    async with Rig(
+        script,
+        init_workers=min(n, workload.init_workers),
+        run_workers=n,
+        eval_workers=min(n, workload.eval_workers),
+    ) as rig:
+        async with rig.pipelined():
+            sandboxes = Sampler(lambda: len(rig.sandboxes.live), interval_s=0.1)
+            sandboxes.start()
+            memory = asyncio.create_task(_memory_at_checkpoint(rig.model))
+            start = time.perf_counter()
+            ids = await rig.submit([echo_job(i, turns=workload.turns) for i in range(n)])
+            records = await rig.finished(ids, timeout_s=3600, poll_s=0.5)
+            seconds = time.perf_counter() - start
+            peak = await sandboxes.stop()
+            if not memory.done():  # the checkpoint was never reached
+                memory.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await memory
+            mem = memory.result() if not memory.cancelled() else TreeMemory(0, 0, 0)
+        completed = errors = retried = 0
+        latencies: list[float] = []
+        for record in records:
+            result = RolloutResult.model_validate(record.result) if record.result else None
+            if record.status != JobStatus.COMPLETED or result is None or result.reward != 1.0:
+                errors += 1
+                continue
+            completed += 1
+            errors += result.tool_errors
+            retried += record.attempts > 1  # its lease was lost and the job ran again
+            if record.finished is not None:
+                latencies.append(record.finished - record.created - record.timing["queued_s"])
+        errors += n - len(records)
+        turns = [
+            log.starts[k + 1] - log.ends[k]
+            for log in rig.model.logs
+            for k in range(1, min(len(log.ends), len(log.starts) - 1))
+        ]
+        return ScaleStep(
+            rollouts=n,
+            concurrent=rig.model.barrier_reached,
+            completed=completed,
+            errors=errors + retried,
+            retried=retried,
+            seconds=round(seconds, 2),
+            rollouts_per_s=round(completed / seconds, 2),
+            p50_s=round(quantile(latencies, 0.5), 3),
+            p99_s=round(quantile(latencies, 0.99), 3),
+            turn_p50_ms=round(quantile(turns, 0.5) * 1000, 2),
+            turn_p99_ms=round(quantile(turns, 0.99) * 1000, 2),
+            peak_sandboxes=peak,
+            processes=mem.processes,
+            rss_mib=round(mem.rss_kib / _MIB, 1),
+            pss_mib=round(mem.pss_kib / _MIB, 1),
+        )
+
+
+async def bench_scale(workload: ScaleWorkload) -> ScaleBenchResult:
+    """Every step, smallest first; steps go on after one with errors, to show the trend."""
+    nofile = raise_nofile()
+    steps = [await _step(n, workload) for n in workload.steps()]
+    sustained = [s.rollouts for s in steps if s.errors == 0 and s.concurrent == s.rollouts]
+    return ScaleBenchResult(
+        turns=workload.turns,
+        model_latency_ms=workload.model_ms,
+        nofile_limit=nofile,
+        steps=steps,
+        max_sustained=max(sustained, default=0),
+    )
+
+
+def scale_table(result: ScaleBenchResult) -> Table:
+    """The steps as a table."""
+    table = Table(
+        "rollouts",
+        "at once",
+        "errors (run twice)",
+        "p50/p99 s",
+        "rollouts/s",
+        "turn p50/p99 ms",
+        "processes",
+        "RSS/PSS MiB",
+        caption=(
+            f"{result.turns} model calls of {result.model_latency_ms:g} ms per rollout; "
+            f"open-files limit {result.nofile_limit}; largest step without errors: "
+            f"{result.max_sustained}"
+        ),
+    )
+    for s in result.steps:
+        table.add_row(
+            str(s.rollouts),
+            str(s.concurrent),
+            f"{s.errors} ({s.retried})",
+            f"{s.p50_s:.1f}/{s.p99_s:.1f}",
+            f"{s.rollouts_per_s:.1f}",
+            f"{s.turn_p50_ms:.0f}/{s.turn_p99_ms:.0f}",
+            str(s.processes),
+            f"{s.rss_mib:.0f}/{s.pss_mib:.0f}",
+        )
+    return table

@@ -1,0 +1,105 @@
+"""``rollserve bench pipeline | overhead | scale`` with tiny parameters, as a user runs them:
+each command succeeds and its ``--json`` figures have the documented keys and add up.
+Behaviour only: no speed is asserted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollserve.sandbox import SandboxManager
+from rollserve.settings import Settings
+from tests.conformance.conftest import require
+
+ROLLSERVE = shutil.which("rollserve") or str(Path(__file__).parents[2] / ".venv/bin/rollserve")
+
+
+@pytest.fixture(autouse=True)
+def _bwrap(tmp_path: Path) -> None:
+    require(SandboxManager(Settings(data_dir=tmp_path / "data")), "bwrap")
+
+
+def _bench(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [ROLLSERVE, "bench", *args, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout)
+    return report
+
+
+def test_bench_pipeline_json() -> None:
+    report = _bench(
+        "pipeline",
+        *("--rollouts", "6", "--slots", "2", "--turns", "3"),
+        *("--model-ms", "20", "--init-ms", "10", "--eval-ms", "20"),
+    )
+    assert set(report) == {"modes", "speedup_vs_coupled", "speedup_vs_sync"}
+    modes = report["modes"]
+    assert set(modes) == {"pipeline", "coupled", "sync"}
+    for name, mode in modes.items():
+        assert mode["mode"] == name
+        assert mode["rollouts"] == 6
+        assert (mode["completed"], mode["failed"]) == (6, 0)
+        assert mode["model_calls"] == 6 * 3
+        assert mode["rollouts_per_s"] > 0 and mode["seconds"] > 0
+        assert 0 < mode["p50_s"] <= mode["p99_s"]
+        assert 0 <= mode["slot_idle_fraction"] <= 1
+        assert mode["peak_sandboxes"] >= 1
+    assert modes["pipeline"]["workers"] == {"init": 1, "run": 2, "eval": 4}
+    for name in ("coupled", "sync"):
+        assert modes[name]["workers"] == {"workers": 2}
+        # A worker closes its rollout's sandbox before evaluating in a fresh one.
+        assert modes[name]["peak_sandboxes"] <= 2
+    for name in ("coupled", "sync"):
+        ratio = modes["pipeline"]["rollouts_per_s"] / modes[name]["rollouts_per_s"]
+        assert report[f"speedup_vs_{name}"] == pytest.approx(ratio, abs=0.01)
+
+
+def test_bench_overhead_json() -> None:
+    report = _bench("overhead", "--turns", "10", "--rollouts", "1", "--jobs", "3")
+    assert set(report) == {
+        "turn",
+        "turn_without_command",
+        "shell",
+        "overhead_per_turn_p50_ms",
+        "job",
+        "job_stages_p50_ms",
+        "job_turns",
+    }
+    for name in ("turn", "turn_without_command"):
+        assert report[name]["n"] == 10 - 3  # the first two turns (the shell starts) left out
+    assert report["shell"]["n"] == 100
+    assert report["job"]["n"] == 3
+    for name in ("turn", "turn_without_command", "shell", "job"):
+        assert 0 < report[name]["p50_ms"] <= report[name]["p99_ms"]
+    stages = report["job_stages_p50_ms"]
+    assert set(stages) == {"init", "run", "eval", "rest"}
+    assert all(stages[k] > 0 for k in ("init", "run", "eval"))
+    assert report["overhead_per_turn_p50_ms"] == pytest.approx(
+        report["turn"]["p50_ms"] - report["shell"]["p50_ms"], abs=0.002
+    )
+
+
+def test_bench_scale_json() -> None:
+    report = _bench("scale", "--max", "20", "--turns", "3", "--model-ms", "50")
+    assert set(report) == {"turns", "model_latency_ms", "nofile_limit", "steps", "max_sustained"}
+    assert report["nofile_limit"] >= 1024
+    [step] = report["steps"]
+    assert step["rollouts"] == step["concurrent"] == step["completed"] == 20
+    assert step["errors"] == step["retried"] == 0
+    assert step["peak_sandboxes"] >= 20
+    assert step["processes"] > 20  # this process, and each rollout's sandbox and shell
+    assert 0 < step["pss_mib"] <= step["rss_mib"]
+    assert 0 < step["p50_s"] <= step["p99_s"]
+    assert 0 < step["turn_p50_ms"] <= step["turn_p99_ms"]
+    assert report["max_sustained"] == 20
