@@ -240,3 +240,62 @@ async def test_submit_agent_evaluates_a_given_submission(
         records = await pipe.wait(ids)
         rewards = [RolloutResult.model_validate(r.result).reward for r in records]
         assert rewards == [1.0, 0.0]
+
+
+async def test_a_cancel_made_through_the_store_alone_stops_the_work(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    # As when another node sharing the store takes the cancel: the heartbeat learns of it.
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("slow", commands=["sleep 60"]))
+        await pipe.until(job_id, lambda r: r.status == JobStatus.RUNNING)
+        pipe.store.cancel(job_id)
+        [record] = await pipe.wait([job_id], timeout=20)
+        assert record.status == JobStatus.CANCELLED
+        _no_sandboxes_left(pipe)
+
+
+async def test_init_runs_ahead_of_the_run_pool_by_the_init_pool_at_most(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(init_workers=2, run_workers=1, eval_workers=1) as pipe:
+        ids = pipe.submit(
+            *(
+                echo_request(f"p{i}", commands=["sleep 0.3", f"printf %s p{i} > answer.txt"])
+                for i in range(8)
+            )
+        )
+        peak = 0
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            peak = max(peak, len(pipe.sandboxes.live))
+            records = [pipe.store.get(j) for j in ids]
+            if all(r is not None and r.status.terminal for r in records):
+                break
+            await asyncio.sleep(0.01)
+        records = await pipe.wait(ids)
+        assert all(r.status == JobStatus.COMPLETED and r.attempts == 1 for r in records)
+        # One running, at most two made ahead of it (or being made), one evaluating.
+        assert 2 <= peak <= 4
+        _no_sandboxes_left(pipe)
+
+
+async def test_idle_workers_do_not_all_poll_the_store(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(init_workers=20, run_workers=40, eval_workers=20) as pipe:
+        claims = 0
+        claim = pipe.store.claim
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal claims
+            claims += 1
+            return claim(*args, **kwargs)
+
+        pipe.store.claim = counted  # type: ignore[method-assign]
+        await asyncio.sleep(2.0)
+        # One claimer per stage looks every half second (80 idle workers would make ~320).
+        assert claims <= 3 * 6
+        ids = pipe.submit(*(echo_request(f"p{i}") for i in range(10)))
+        records = await pipe.wait(ids)
+        assert all(r.status == JobStatus.COMPLETED for r in records)

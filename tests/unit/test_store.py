@@ -101,15 +101,31 @@ def test_lease_expiry_heartbeat_and_takeover(store: SqliteJobStore, clock: Clock
     store.submit(_jobs("a"), max_queued=10)
     assert store.claim(Stage.INIT, "node-1", 10) is not None
     clock.now += 8
-    assert store.heartbeat("a", "node-1", 10)
+    assert store.heartbeat(["a"], "node-1", 10) == []
     clock.now += 8  # renewed: still held
+    assert store.claim(Stage.INIT, "node-2", 10) is None
+    clock.now += 11  # expired, but nobody took it: a late heartbeat still renews it
+    assert store.heartbeat(["a"], "node-1", 10) == []
     assert store.claim(Stage.INIT, "node-2", 10) is None
     clock.now += 11  # expired: another node takes it over, as a second attempt
     taken = store.claim(Stage.INIT, "node-2", 10)
     assert taken is not None and taken.attempts == 2
-    assert not store.heartbeat("a", "node-1", 10)
+    assert store.heartbeat(["a"], "node-1", 10) == ["a"]  # node-1 must stop
     with pytest.raises(LeaseLostError):
         store.advance("a", "node-1", Stage.RUN)
+
+
+def test_heartbeat_renews_many_and_names_only_what_must_stop(store: SqliteJobStore) -> None:
+    ids = [f"j{i}" for i in range(1200)]  # more than one statement's worth
+    store.submit(_jobs(*ids), max_queued=10_000)
+    for _ in ids:
+        store.claim(Stage.INIT, "n", 30)
+    store.advance("j1", "n", Stage.RUN)  # between stages: neither renewed nor stopped
+    store.finish("j2", "n", JobStatus.COMPLETED)
+    store.cancel("j3")
+    assert store.heartbeat(ids, "n", 30) == ["j3"]
+    stop = store.heartbeat(ids, "other", 30)
+    assert sorted(stop) == sorted(i for i in ids if i not in ("j1", "j2"))
 
 
 def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: SqliteJobStore) -> None:
@@ -154,7 +170,7 @@ def test_cancel_queued_at_once_running_by_flag(store: SqliteJobStore) -> None:
     assert store.cancel("r").status == JobStatus.CANCELLED
     running = store.cancel("q")
     assert running.status == JobStatus.INITIALIZING and running.cancel_requested
-    assert not store.heartbeat("q", "n", 30)  # the worker learns it must stop
+    assert store.heartbeat(["q"], "n", 30) == ["q"]  # the worker learns it must stop
     store.finish("q", "n", JobStatus.CANCELLED)
     assert sorted(store.cancel_group("g")) == ["s"]
     assert [r.job_id for r in store.results(0, 10)] == ["r", "q", "s"]

@@ -1,9 +1,15 @@
 """The scheduler: three stages, each with its own worker pool, claiming jobs from the store.
 
 A slow evaluation holds an eval worker, never a run worker. Each worker holds a lease on its
-job and renews it by heartbeat; a cancel request (or a lost lease) stops the job's work at once
-and frees its sandbox. Infrastructure failures are retried with backoff up to ``max_attempts``
+job; one heartbeat renews all of the node's leases, on a thread of its own so that no other
+work can make it late; a cancel request (or a lost lease) stops the job's work at once and
+frees its sandbox. Infrastructure failures are retried with backoff up to ``max_attempts``
 and then end the job as ``failed`` with the error — never as a reward of 0.
+
+Idle workers of a stage take turns: one of them looks for work (and waits for a wake or the
+poll) while the others wait behind it, so the store sees one claim per job, not one per idle
+worker. Init runs ahead of run by at most the init pool's size: a node holds no more
+sandboxes made and waiting for a run worker than it has init workers.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import logging
 import os
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rollserve.errors import InfrastructureError, LeaseLostError, RollserveError
@@ -56,7 +63,9 @@ class Scheduler:
         self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
         self._active: dict[str, asyncio.Task[Any]] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
+        self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
+        self._leases: ThreadPoolExecutor | None = None
         self.busy = {stage: 0 for stage in self._wake}
         self.changes = Changes()  # a job moved on: wakes long-polls
 
@@ -76,6 +85,8 @@ class Scheduler:
             self._workers += [
                 asyncio.create_task(self._worker(stage), name=f"{stage}-{i}") for i in range(size)
             ]
+        self._leases = ThreadPoolExecutor(1, thread_name_prefix="rollserve-leases")
+        self._workers.append(asyncio.create_task(self._heartbeat(), name="heartbeat"))
 
     async def stop(self) -> None:
         """Stop the workers; jobs in flight keep their leases, which the next start (or
@@ -84,6 +95,9 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
+        if self._leases is not None:
+            await asyncio.to_thread(self._leases.shutdown)
+            self._leases = None
         for sandbox in self._held.values():
             if sandbox is not None:
                 await self.runner.sandboxes.close(sandbox)
@@ -98,22 +112,23 @@ class Scheduler:
         task = self._active.get(job_id)
         if task is not None:
             task.cancel()
+        await self._release(job_id)
+        self.changes.notify()
+
+    async def _release(self, job_id: str) -> None:
+        """Close the sandbox the job holds on this node, if any: room for init to make another."""
         sandbox = self._held.pop(job_id, None)
+        self.wake(Stage.INIT)
         if sandbox is not None:
             await self.runner.sandboxes.close(sandbox)
-        self.changes.notify()
 
     # -- workers ---------------------------------------------------------------------------------
 
     async def _worker(self, stage: Stage) -> None:
         while True:
-            job = await asyncio.to_thread(self.store.claim, stage, self.node, self.settings.lease_s)
-            if job is None:
-                self._wake[stage].clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake[stage].wait(), _POLL_S)
-                continue
-            self.busy[stage] += 1
+            async with self._claiming[stage]:
+                job = await self._next(stage)
+                self.busy[stage] += 1
             try:
                 await self._process(stage, job)
             except Exception:  # a bug must not take the worker down with it
@@ -121,12 +136,31 @@ class Scheduler:
             finally:
                 self.busy[stage] -= 1
 
+    async def _next(self, stage: Stage) -> JobRecord:
+        """Claim the stage's next job, waiting for a wake (or the poll) while there is none —
+        or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
+        while True:
+            self._wake[stage].clear()  # a wake from now on ends the wait below at once
+            if stage != Stage.INIT or self._room_to_init():
+                job = await asyncio.to_thread(
+                    self.store.claim, stage, self.node, self.settings.lease_s
+                )
+                if job is not None:
+                    return job
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake[stage].wait(), _POLL_S)
+
+    def _room_to_init(self) -> bool:
+        """Sandboxes held (running or made and waiting) and being made stay within the run
+        pool plus the init pool."""
+        allowance = self.settings.run_workers + self.settings.init_workers
+        return len(self._held) + self.busy[Stage.INIT] < allowance
+
     async def _process(self, stage: Stage, job: JobRecord) -> None:
         work = asyncio.current_task()
         assert work is not None
         inner = asyncio.ensure_future(self._stage(stage, job))
         self._active[job.job_id] = inner
-        beat = asyncio.create_task(self._heartbeat(job.job_id, inner))
         try:
             await inner
         except asyncio.CancelledError:
@@ -136,25 +170,32 @@ class Scheduler:
         except LeaseLostError:
             log.warning("job %s: lease lost, another worker has it", job.job_id)
         finally:
-            beat.cancel()
-            self._active.pop(job.job_id, None)
+            if self._active.get(job.job_id) is inner:
+                del self._active[job.job_id]
             self.changes.notify()
 
-    async def _heartbeat(self, job_id: str, work: asyncio.Future[Any]) -> None:
+    async def _heartbeat(self) -> None:
+        """Renew the leases of every job this node works on, every third of a lease; stop the
+        work of those cancelled by a client (through another node) or taken over."""
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(self.settings.lease_s / 3)
-            ok = await asyncio.to_thread(
-                self.store.heartbeat, job_id, self.node, self.settings.lease_s
-            )
-            if not ok:
-                work.cancel()  # cancelled by a client, or taken over: stop at once
-                return
+            work = dict(self._active)
+            if not work:
+                continue
+            try:
+                stop = await loop.run_in_executor(
+                    self._leases, self.store.heartbeat, list(work), self.node, self.settings.lease_s
+                )
+            except Exception:  # the store is unreachable for now: the next beat retries
+                log.exception("renewing %d leases failed", len(work))
+                continue
+            for job_id in stop:
+                work[job_id].cancel()
 
     async def _stopped(self, job_id: str) -> None:
         """The job's work was cancelled: end it as cancelled if a client asked for it."""
-        sandbox = self._held.pop(job_id, None)
-        if sandbox is not None:
-            await self.runner.sandboxes.close(sandbox)
+        await self._release(job_id)
         record = await asyncio.to_thread(self.store.get, job_id)
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
             await asyncio.to_thread(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
@@ -191,16 +232,14 @@ class Scheduler:
             self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
         )
         if not advanced:  # cancelled while its sandbox was being made
-            held = self._held.pop(job.job_id, None)
-            if held is not None:
-                await self.runner.sandboxes.close(held)
+            await self._release(job.job_id)
             return
         self.wake(Stage.RUN)
 
     async def _run(self, job: JobRecord, request: JobRequest, started: float) -> None:
-        if job.job_id not in self._held:  # the sandbox did not survive (a restart): redo init
-            await asyncio.to_thread(self.store.requeue, job.job_id, self.node, Stage.INIT)
-            self.wake(Stage.INIT)
+        if job.job_id not in self._held:  # its sandbox is gone (a lost lease): init again
+            lost = InfrastructureError("the job's sandbox was lost", stage=Stage.RUN.value)
+            await self._infrastructure_failure(job, lost)
             return
         sandbox = self._held[job.job_id]
         try:
@@ -211,9 +250,7 @@ class Scheduler:
                 _timeout(request, "run_s", self.settings.run_timeout_s),
             )
         finally:
-            self._held.pop(job.job_id, None)
-            if sandbox is not None:  # released before evaluation starts
-                await self.runner.sandboxes.close(sandbox)
+            await self._release(job.job_id)  # before evaluation starts
         timing = {"run_s": time.monotonic() - started}
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
@@ -264,9 +301,7 @@ class Scheduler:
         )
 
     async def _infrastructure_failure(self, job: JobRecord, exc: RollserveError) -> None:
-        sandbox = self._held.pop(job.job_id, None)
-        if sandbox is not None:
-            await self.runner.sandboxes.close(sandbox)
+        await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         if job.attempts >= self.settings.max_attempts:
             await self._fail(job, exc)
@@ -277,9 +312,7 @@ class Scheduler:
         self.wake(Stage.INIT)
 
     async def _fail(self, job: JobRecord, exc: RollserveError) -> None:
-        sandbox = self._held.pop(job.job_id, None)
-        if sandbox is not None:
-            await self.runner.sandboxes.close(sandbox)
+        await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         await asyncio.to_thread(
             self.store.finish, job.job_id, self.node, JobStatus.FAILED, error=error

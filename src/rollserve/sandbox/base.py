@@ -118,7 +118,7 @@ class Sandbox(Protocol):
         """Run one process to completion (a string runs under ``bash -c``)."""
         ...
 
-    def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
+    async def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
         """Start ``argv`` inside the sandbox on a new pseudo-terminal."""
         ...
 

@@ -239,13 +239,29 @@ class SandboxInstance:
             return None, out, err
         return (128 - code if code < 0 else code), out, err
 
-    def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
-        # Synchronous (vfork + exec): the sandbox cannot close while this runs.
+    async def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
         _check_argv(list(argv))
+        self._enter_spawn()
+        # A thread forks it: a fork costs the loop milliseconds with hundreds of sandboxes.
+        loop = asyncio.get_running_loop()
+        opened = loop.run_in_executor(None, self._open_tty, list(argv), env)
+        tty: TtyProcess | None = None
+        try:
+            tty = await asyncio.shield(opened)
+        except asyncio.CancelledError:
+            if not opened.cancelled():  # it started anyway: record it, so close kills it
+                with contextlib.suppress(Exception):
+                    tty = await opened
+            raise
+        finally:
+            self._leave_spawn(tty.popen if tty is not None else None)
+            if tty is not None:
+                self._ttys.append(tty)
+        return tty
+
+    def _open_tty(self, argv: list[str], env: dict[str, str] | None) -> TtyProcess:
         self._check_open()
         master, slave = pty.openpty()
-        self._enter_spawn()
-        popen = None
         try:
             attrs = termios.tcgetattr(slave)
             attrs[1] &= ~termios.ONLCR  # keep "\n" as "\n"
@@ -257,9 +273,7 @@ class SandboxInstance:
             # setsid -c makes the new session itself; a process group leader would have to
             # fork for it, so the wrapper starts in ours and leaves it at once.
             popen = subprocess.Popen(
-                self._confine(
-                    self._launcher.argv(self._inside(list(argv)), tty=True), take_tty=take_tty
-                ),
+                self._confine(self._launcher.argv(self._inside(argv), tty=True), take_tty=take_tty),
                 stdin=slave,
                 stdout=slave,
                 stderr=slave,
@@ -273,11 +287,8 @@ class SandboxInstance:
             raise
         finally:
             os.close(slave)
-            self._leave_spawn(popen)
         os.set_blocking(master, False)
-        tty = TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev, tty_path=path)
-        self._ttys.append(tty)
-        return tty
+        return TtyProcess(popen=popen, master_fd=master, tty_rdev=rdev, tty_path=path)
 
     async def release_tty(self, tty: TtyProcess) -> None:
         """Kill a terminal process and everything it started, and close its terminal."""
@@ -287,7 +298,7 @@ class SandboxInstance:
             self._ttys.remove(tty)
         pid = tty.popen.pid
         # The session is killed while its leader is still unreaped, so its id is still ours.
-        await asyncio.to_thread(procfs.kill_sessions, {pid: self._ticks.get(pid, 0)})
+        await asyncio.to_thread(self._kill_session, pid)
         await asyncio.to_thread(_reap, [tty.popen])
         self._procs.pop(pid, None)
         self._retire_record(pid, [])
@@ -295,13 +306,23 @@ class SandboxInstance:
     async def _retire(self, pid: int, *, kill: bool) -> None:
         """After a leader was reaped: kill what is left of its session, or (a command that
         ended by itself may leave background processes) note those processes one by one."""
-        ticks = self._ticks.get(pid, 0)
         if kill:
-            await asyncio.to_thread(procfs.kill_sessions, {pid: ticks})
+            await asyncio.to_thread(self._kill_session, pid)
             members: list[tuple[int, int]] = []
         else:
-            members = await asyncio.to_thread(procfs.session_members, pid, ticks)
+            members = await asyncio.to_thread(self._session_members, pid)
         self._retire_record(pid, members)
+
+    def _kill_session(self, leader: int) -> None:
+        procfs.kill_sessions({leader: self._ticks.get(leader, 0)}, self._own())
+
+    def _session_members(self, leader: int) -> list[tuple[int, int]]:
+        return procfs.session_members(leader, self._ticks.get(leader, 0), self._own())
+
+    def _own(self) -> set[int] | None:
+        """Where this sandbox's processes are: its cgroup (every process joins it before it
+        runs anything), or anywhere on the host without one."""
+        return self._cgroup.pids() if self._cgroup is not None else None
 
     def _retire_record(self, pid: int, members: list[tuple[int, int]]) -> None:
         if not self._closed:  # once closed, the teardown owns (and removes) the record

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import secrets
@@ -100,16 +101,21 @@ class SandboxManager:
             )
         template = _check_template(spec.template)
         sandbox_id = f"{spec.backend}-{secrets.token_hex(6)}"
-        record = state.SandboxRecord.create(self.settings.state_dir, sandbox_id, spec.backend)
+        # Files and cgroup directories are made in a thread: with hundreds of sandboxes
+        # starting, their mkdir and writes would hold up every rollout's turn.
+        made = asyncio.get_running_loop().run_in_executor(None, self._make, sandbox_id, spec)
+        try:
+            record, cgroup = await asyncio.shield(made)
+        except asyncio.CancelledError:
+            if not made.cancelled():  # made anyway: remove it
+                with contextlib.suppress(Exception):
+                    record, _ = await made
+                    await asyncio.to_thread(state.destroy, record)
+            raise
         try:
             workspace = record.path / "workspace"
             await _lay_out(template, workspace)
             launcher = backend.launcher(spec, workspace)
-            cgroup = Cgroup.create(self.settings.cgroup_root, sandbox_id, spec.limits)
-            if cgroup is not None:
-                record.cgroup_dirs = [str(d) for d in cgroup.dirs]
-                record.cgroup_version = cgroup.version
-                record.save()
             sandbox = SandboxInstance(
                 record=record,
                 launcher=launcher,
@@ -124,6 +130,24 @@ class SandboxManager:
             raise
         self.live[sandbox_id] = sandbox
         return sandbox
+
+    def _make(
+        self, sandbox_id: str, spec: SandboxSpec
+    ) -> tuple[state.SandboxRecord, Cgroup | None]:
+        """The sandbox's state record and empty workspace, then its cgroup (None where there
+        is none)."""
+        record = state.SandboxRecord.create(self.settings.state_dir, sandbox_id, spec.backend)
+        try:
+            os.mkdir(record.path / "workspace")
+            cgroup = Cgroup.create(self.settings.cgroup_root, sandbox_id, spec.limits)
+            if cgroup is not None:
+                record.cgroup_dirs = [str(d) for d in cgroup.dirs]
+                record.cgroup_version = cgroup.version
+                record.save()
+        except BaseException:
+            state.destroy(record)
+            raise
+        return record, cgroup
 
     async def close(self, sandbox: SandboxInstance) -> None:
         """Close one sandbox (it forgets itself here once removed)."""
@@ -156,9 +180,8 @@ def _check_template(template: Path | None) -> Path | None:
 
 
 async def _lay_out(template: Path | None, workspace: Path) -> None:
-    """The private writable workspace: a copy of the template (reflinked where the filesystem
-    can), or an empty directory."""
-    os.mkdir(workspace)
+    """The private writable workspace (made empty by ``_make``): a copy of the template
+    (reflinked where the filesystem can)."""
     if template is None:
         return
     proc = await asyncio.create_subprocess_exec(

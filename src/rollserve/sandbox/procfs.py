@@ -6,6 +6,7 @@ import os
 import platform
 import signal
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,18 +84,14 @@ def is_same_process(pid: int, ticks: int) -> bool:
     return st is not None and st.start_ticks == ticks and st.state not in ("Z", "X")
 
 
-def all_stats() -> list[ProcStat]:
-    """Every process visible in /proc."""
-    out = []
-    for entry in os.scandir(_PROC):
-        if entry.name.isdigit():
-            st = stat(int(entry.name))
-            if st is not None:
-                out.append(st)
-    return out
+def all_stats(among: Iterable[int] | None = None) -> list[ProcStat]:
+    """Every process visible in /proc, or those of the PIDs ``among`` still alive."""
+    if among is None:
+        among = (int(e.name) for e in os.scandir(_PROC) if e.name.isdigit())
+    return [st for st in map(stat, among) if st is not None]
 
 
-def kill_sessions(leaders: dict[int, int]) -> int:
+def kill_sessions(leaders: dict[int, int], among: Iterable[int] | None = None) -> int:
     """SIGKILL what remains of the sessions that the ``leaders`` (PID → start ticks) started,
     leaders included; returns how many processes were signalled.
 
@@ -102,8 +99,13 @@ def kill_sessions(leaders: dict[int, int]) -> int:
     session whose leader is gone are that leader's orphans — unless the PID now names another
     live process, which means the old session is gone and the id was reused: then nothing of
     that session is touched. Members must also have started no earlier than their leader.
+
+    ``among`` limits the search to those PIDs (a sandbox's cgroup, where its processes all
+    are) besides the leaders; by default every process on the host is looked at.
     """
-    stats = all_stats()
+    if not leaders:
+        return 0
+    stats = all_stats(None if among is None else {*among, *leaders})
     by_pid = {st.pid: st for st in stats}
     ours: dict[int, int] = {}
     for pid, ticks in leaders.items():
@@ -123,12 +125,15 @@ def kill_sessions(leaders: dict[int, int]) -> int:
     return killed
 
 
-def session_members(leader_pid: int, leader_ticks: int) -> list[tuple[int, int]]:
-    """(PID, start ticks) of the live members of the session ``leader_pid`` started — call it
-    while the leader is not yet reaped (its PID cannot have been reused then)."""
+def session_members(
+    leader_pid: int, leader_ticks: int, among: Iterable[int] | None = None
+) -> list[tuple[int, int]]:
+    """(PID, start ticks) of the live members of the session ``leader_pid`` started, looked
+    for ``among`` those PIDs if given — call it while the leader is not yet reaped (its PID
+    cannot have been reused then)."""
     return [
         (st.pid, st.start_ticks)
-        for st in all_stats()
+        for st in all_stats(among)
         if st.session == leader_pid
         and st.pid != leader_pid
         and st.start_ticks >= leader_ticks

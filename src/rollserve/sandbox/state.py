@@ -126,9 +126,9 @@ def destroy(record: SandboxRecord) -> bool:
     the sandbox is completely gone.
     """
     complete = True
-    if record.this_boot():  # after a reboot its processes are long gone, their PIDs reused
-        procfs.kill_sessions(dict(record.processes()))
     cgroup = record.cgroup()
+    if record.this_boot():  # after a reboot its processes are long gone, their PIDs reused
+        procfs.kill_sessions(dict(record.processes()), cgroup.pids() if cgroup else None)
     if cgroup is not None:
         try:
             cgroup.kill_all()

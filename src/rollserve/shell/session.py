@@ -20,7 +20,7 @@ from rollserve.errors import (
     ShellExitedError,
 )
 from rollserve.sandbox import procfs
-from rollserve.sandbox.base import Sandbox
+from rollserve.sandbox.base import Sandbox, TtyProcess
 from rollserve.sandbox.output import HeadTail
 from rollserve.schema.shell import CommandResult
 from rollserve.shell import protocol
@@ -53,6 +53,7 @@ class ShellSession:
     def __init__(
         self,
         sandbox: Sandbox,
+        tty: TtyProcess,
         *,
         input_idle_s: float,
         max_output_bytes: int,
@@ -71,7 +72,7 @@ class ShellSession:
         self._shell_pgrp = 0
         self._next_group_scan = 0.0
         self._lock = asyncio.Lock()
-        self._term = Terminal(sandbox.spawn_tty(_BASH), self._feed)
+        self._term = Terminal(tty, self._feed)
 
     @classmethod
     async def open(
@@ -89,6 +90,7 @@ class ShellSession:
                 raise InvalidInputError(f"invalid environment variable name {name!r}")
         session = cls(
             sandbox,
+            await sandbox.spawn_tty(_BASH),
             input_idle_s=input_idle_s,
             max_output_bytes=max_output_bytes or sandbox.limits.max_output_bytes,
         )

@@ -110,9 +110,11 @@ class JobStore(Protocol):
         ``owner``; None when there is none."""
         ...
 
-    def heartbeat(self, job_id: str, owner: str, lease_s: float) -> bool:
-        """Renew the lease; False if ``owner`` no longer holds it or a cancel was requested
-        (the worker must then stop and call ``finish``/``release``)."""
+    def heartbeat(self, job_ids: list[str], owner: str, lease_s: float) -> list[str]:
+        """Renew ``owner``'s leases on ``job_ids`` — a lease that ran out is renewed too while
+        nobody else took the job — and return the ids whose work must stop: another owner
+        holds the job now, or a cancel was requested (the worker then calls ``finish``). A job
+        that is between stages or done is neither renewed nor returned."""
         ...
 
     def advance(

@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS backends (
 );
 """
 
+_CHUNK = 500  # ids per statement, well under SQLite's limit on bound parameters
 _JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
 
 
@@ -166,15 +167,29 @@ class SqliteJobStore:
         record.status, record.attempts = STAGE_STATUS[stage], attempts
         return record
 
-    def heartbeat(self, job_id: str, owner: str, lease_s: float) -> bool:
+    def heartbeat(self, job_ids: list[str], owner: str, lease_s: float) -> list[str]:
         now = self._clock()
+        stop: list[str] = []
         with self._write() as db:
-            changed = db.execute(
-                "UPDATE jobs SET lease_expires = ?, updated = ? WHERE job_id = ?"
-                " AND lease_owner = ? AND lease_expires >= ? AND cancel_requested = 0",
-                (now + lease_s, now, job_id, owner, now),
-            ).rowcount
-        return changed == 1
+            for start in range(0, len(job_ids), _CHUNK):
+                chunk = job_ids[start : start + _CHUNK]
+                marks = ",".join("?" * len(chunk))
+                db.execute(
+                    f"UPDATE jobs SET lease_expires = ? WHERE job_id IN ({marks})"
+                    " AND lease_owner = ? AND cancel_requested = 0",
+                    (now + lease_s, *chunk, owner),
+                )
+                stop += [
+                    row["job_id"]
+                    for row in db.execute(
+                        f"SELECT job_id FROM jobs WHERE job_id IN ({marks}) AND ("
+                        " (stage != 'done' AND lease_owner IS NOT NULL AND lease_owner != ?)"
+                        " OR (stage != 'done' AND cancel_requested = 1)"
+                        " OR (stage = 'done' AND status = 'cancelled'))",
+                        (*chunk, owner),
+                    )
+                ]
+        return stop
 
     def _held(self, db: sqlite3.Connection, job_id: str, owner: str) -> sqlite3.Row:
         row: sqlite3.Row | None = db.execute(
