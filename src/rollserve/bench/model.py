@@ -12,6 +12,7 @@ how long its slots were busy and when each episode's calls started and ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import random
 import shlex
@@ -38,7 +39,8 @@ class ModelScript:
     seed: int = 0
     barrier: int = 0  # hold first calls until this many rollouts made theirs (0: no barrier)
     barrier_timeout_s: float = 300.0
-    checkpoint: int = 0  # with a barrier: note when every rollout has started this turn
+    checkpoint: int = 0  # with a barrier: hold this turn's calls until ``measured`` is set
+    checkpoint_timeout_s: float = 120.0
 
     def latency(self, rollout: str, turn: int) -> float:
         """The seconds one call takes: the same for a rollout's turn in every mode."""
@@ -69,6 +71,7 @@ class ScriptedToolBackend:
         self._released = asyncio.Event()
         self.barrier_reached = 0  # first calls that had arrived when the barrier opened
         self.checkpoint = asyncio.Event()  # every rollout has started the checkpoint turn
+        self.measured = asyncio.Event()  # whoever waited for the checkpoint lets the calls go
         self._at_checkpoint = 0
         self.calls = 0
         self.busy_s = 0.0  # slot-seconds spent generating
@@ -111,6 +114,8 @@ class ScriptedToolBackend:
             self._at_checkpoint += 1
             if self._at_checkpoint >= self.barrier_reached:
                 self.checkpoint.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.measured.wait(), self.script.checkpoint_timeout_s)
         seconds = self.script.latency(prompt, turn)
         if self._slots is None:
             await self._generate(seconds)

@@ -6,8 +6,9 @@ one but the last runs a trivial command), and an evaluation in a fresh sandbox. 
 holds each rollout's first call until all N rollouts have made theirs (or a timeout passed),
 so that the N sandboxes are live at once and then start their N shells together; the step
 reports how many made it to that point (``concurrent``), errors, latency, throughput, the
-time of a turn besides the model's own, and the memory of rollserve's process tree once every
-rollout has run two commands in its shell (all N sandboxes and shells live).
+time of a turn besides the model's own, and the memory of rollserve's process tree while the
+model holds every rollout's third call, after two commands in its shell (all N sandboxes and
+shells live).
 """
 
 from __future__ import annotations
@@ -51,12 +52,16 @@ class ScaleWorkload:
 
 
 async def _memory_at_checkpoint(model: ScriptedToolBackend) -> TreeMemory:
-    """The tree's memory once every rollout has started the checkpoint turn (its sandbox and
-    shell live), read in a thread of its own: the default executor is the one rollserve uses."""
-    await model.checkpoint.wait()
-    loop = asyncio.get_running_loop()
-    with ThreadPoolExecutor(1, thread_name_prefix="bench-memory") as pool:
-        return await loop.run_in_executor(pool, tree_memory)
+    """The tree's memory while the model holds every rollout at the checkpoint turn (its
+    sandbox and shell live), read in a thread of its own: the default executor is the one
+    rollserve uses. The held calls go on afterwards."""
+    try:
+        await model.checkpoint.wait()
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(1, thread_name_prefix="bench-memory") as pool:
+            return await loop.run_in_executor(pool, tree_memory)
+    finally:
+        model.measured.set()
 
 
 async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
