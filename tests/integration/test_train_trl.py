@@ -15,9 +15,6 @@ import pytest
 
 from tests.integration.conftest import ROOT, Server
 
-pytest.importorskip("trl", reason="the 'train' extra is not installed")
-pytest.importorskip("datasets", reason="the 'train' extra is not installed")
-
 STEPS = 2
 SAMPLES_PER_STEP = 8  # the example's defaults: 2 prompts x 4 generations
 

@@ -3,7 +3,6 @@ veRL's agent-loop format, and back; through the function and through ``rollserve
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -16,10 +15,6 @@ from rollserve.client.verl import COLUMNS, read_results, read_verl_parquet, writ
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import JobErrorInfo, JobView, RolloutResult
 from rollserve.schema.tokens import Tokens, TurnInfo
-
-needs_pyarrow = pytest.mark.skipif(
-    importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed (extra 'train')"
-)
 
 
 def finished(job_id: str, group: str | None, reward: float, *, tokens: bool = True) -> JobView:
@@ -69,7 +64,6 @@ def write_jsonl(path: Path) -> Path:
     return path
 
 
-@needs_pyarrow
 def test_round_trip(tmp_path: Path) -> None:
     jobs = read_results(write_jsonl(tmp_path / "results.jsonl"))
     assert [j.job_id for j in jobs] == ["j0", "j1", "j2", "j3", "j4"]
@@ -107,7 +101,6 @@ def test_a_bad_line_is_named(tmp_path: Path) -> None:
         read_results(path)
 
 
-@needs_pyarrow
 def test_cli(tmp_path: Path) -> None:
     results = write_jsonl(tmp_path / "results.jsonl")
     out = tmp_path / "rollouts.parquet"
