@@ -325,11 +325,12 @@ class ShellSession:
         await self._term.write(b"\x03")
         if not await self._until_shell_in_foreground(1.0):
             fg = self._term.foreground()
-            if fg is not None and fg != self._shell_pgrp and self._shell_pgrp > 0:
+            if fg is not None and fg != self._shell_pgrp:
                 # bash goes on with the rest of a command list when a job dies of anything
                 # but SIGINT: its own SIGINT makes it drop the rest, as Ctrl-C would have.
                 with contextlib.suppress(OSError):
-                    os.killpg(self._shell_pgrp, signal.SIGINT)
+                    if self._shell_pgrp > 0:
+                        os.killpg(self._shell_pgrp, signal.SIGINT)
                 with contextlib.suppress(OSError):
                     os.killpg(fg, signal.SIGKILL)
             if not await self._until_shell_in_foreground(5.0):
