@@ -11,8 +11,9 @@ from pathlib import Path
 from statistics import mean
 from types import MappingProxyType
 
+from rich import box
 from rich.console import Group
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from rollserve.schema.jobs import JobView
@@ -109,21 +110,28 @@ class Board:
         return Group(head, pools, table)
 
 
-def summary_table(groups: list[tuple[str, str, list[JobView]]]) -> Table:
-    """One row per GRPO group: ``(group_id, family, its jobs)``."""
-    table = Table(
-        "group",
-        "family",
-        "rewards",
-        "exit reasons",
-        "turns",
-        "tool calls",
-        "tokens gen.",
-        "queued s",
-        "init s",
-        "run s",
-        "eval s",
-        title="rollouts by GRPO group (stage timings are means)",
+def _counted(values: list[str]) -> str:
+    """``2 a, 1 b`` for ``[a, a, b]``, in first-seen order."""
+    return ", ".join(f"{n} {v}" for v, n in Counter(values).items())
+
+
+def summary_table(groups: list[tuple[str, str, list[JobView]]]) -> Group:
+    """Outcomes, then mean stage timings, one row per GRPO group ``(group_id, family, jobs)``;
+    two tables so that each reads at 80 columns."""
+    outcomes = Table(
+        Column("group", overflow="fold"),
+        *(
+            Column(name, no_wrap=True)
+            for name in ("family", "rewards", "exit reasons", "turns", "tools", "tokens")
+        ),
+        title="rollouts by GRPO group (tools: tool calls made; tokens: tokens generated)",
+        box=box.SIMPLE_HEAD,
+    )
+    timings = Table(
+        Column("group", overflow="fold"),
+        *(Column(f"{stage} s", justify="right") for stage in ("queued", "init", "run", "eval")),
+        title="stage timings by group (mean seconds)",
+        box=box.SIMPLE_HEAD,
     )
     for group, family, jobs in groups:
         results = [j.result for j in jobs if j.result is not None]
@@ -132,24 +140,21 @@ def summary_table(groups: list[tuple[str, str, list[JobView]]]) -> Table:
             j.result.exit_reason.value if j.result else (j.error.code if j.error else j.status)
             for j in jobs
         ]
-
-        def seconds(stage: str, jobs: list[JobView] = jobs) -> str:
-            return f"{mean(getattr(j.timing, stage) for j in jobs):.1f}" if jobs else "-"
-
-        table.add_row(
+        outcomes.add_row(
             group,
             family,
             " ".join(rewards),
-            ", ".join(reasons),
+            _counted(reasons),
             " ".join(str(r.turns) for r in results) or "-",
             str(sum(tool_calls(j) for j in jobs)),
             str(sum(generated_tokens(j) for j in jobs)),
-            seconds("queued_s"),
-            seconds("init_s"),
-            seconds("run_s"),
-            seconds("eval_s"),
         )
-    return table
+        stages = ("queued_s", "init_s", "run_s", "eval_s")
+        timings.add_row(
+            group,
+            *(f"{mean(getattr(j.timing, s) for j in jobs):.1f}" if jobs else "-" for s in stages),
+        )
+    return Group(outcomes, timings)
 
 
 def throughput(board: Board) -> Text:

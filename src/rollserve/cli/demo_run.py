@@ -265,7 +265,7 @@ class DemoRun:
                 for view in views:
                     line = board.update(view)
                     if line and not terminal:
-                        self.console.print(line)
+                        self.console.print(line, soft_wrap=True)
                 if live is not None:
                     live.update(board.render())
                 if board.pending:
@@ -283,7 +283,9 @@ class DemoRun:
         self.console.print(throughput(board))
         path = self.demo_dir / "trajectories.jsonl"
         write_trajectories(path, views)
-        self.console.print(f"trajectories (full JobViews, token ids included): {path}")
+        self.console.print(
+            f"trajectories (full JobViews, token ids included): {path}", soft_wrap=True
+        )
         for view in views:
             if view.error is not None:
                 self.console.print(f"[red]{view.job_id}: {view.error.code}: {view.error.message}")
@@ -295,4 +297,4 @@ class DemoRun:
         if left:
             self.console.print(f"[red]sandboxes left under {state}: {', '.join(left)}")
         else:
-            self.console.print(f"service stopped; no sandbox left under {state}")
+            self.console.print(f"service stopped; no sandbox left under {state}", soft_wrap=True)
