@@ -130,8 +130,11 @@ class _Reader:
 
 @pytest.mark.parametrize("moment", ["model server started", "jobs running"])
 def test_ctrl_c_stops_cleanly(data_dir: Path, moment: str) -> None:
+    # With jobs running, enough of them that some are still in flight when SIGINT lands (the
+    # tiny model finishes two samples per task within one progress poll).
+    samples = ["--samples", "40"] if moment == "jobs running" else []
     proc = subprocess.Popen(
-        [ROLLSERVE, "demo", "--fast", "--data-dir", str(data_dir)],
+        [ROLLSERVE, "demo", "--fast", "--data-dir", str(data_dir), *samples],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
