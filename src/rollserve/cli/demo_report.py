@@ -115,7 +115,7 @@ def _counted(values: list[str]) -> str:
     return ", ".join(f"{n} {v}" for v, n in Counter(values).items())
 
 
-def summary_table(groups: list[tuple[str, str, list[JobView]]]) -> Group:
+def summary_tables(groups: list[tuple[str, str, list[JobView]]]) -> Group:
     """Outcomes, then mean stage timings, one row per GRPO group ``(group_id, family, jobs)``;
     two tables so that each reads at 80 columns."""
     outcomes = Table(

@@ -29,7 +29,7 @@ from rollserve.cli.demo_jobs import (
     prepared_swe,
 )
 from rollserve.cli.demo_model import ModelServer, run_prepare
-from rollserve.cli.demo_report import Board, summary_table, throughput, write_trajectories
+from rollserve.cli.demo_report import Board, summary_tables, throughput, write_trajectories
 from rollserve.cli.demo_service import fresh_store, local_service
 from rollserve.client import AsyncRolloutClient, RolloutClient
 from rollserve.schema.backends import BackendSpec, BackendView
@@ -279,7 +279,7 @@ class DemoRun:
             group = group_id(pick.task_id)
             groups.append((group, pick.family, [v for v in views if v.group_id == group]))
         self.console.print()
-        self.console.print(summary_table(groups))
+        self.console.print(summary_tables(groups))
         self.console.print(throughput(board))
         path = self.demo_dir / "trajectories.jsonl"
         write_trajectories(path, views)
