@@ -133,6 +133,7 @@ def summary_tables(groups: list[tuple[str, str, list[JobView]]]) -> Group:
         title="stage timings by group (mean seconds)",
         box=box.SIMPLE_HEAD,
     )
+    stages = ("queued_s", "init_s", "run_s", "eval_s")
     for group, family, jobs in groups:
         results = [j.result for j in jobs if j.result is not None]
         rewards = [f"{j.result.reward:g}" if j.result else "-" for j in jobs]
@@ -149,7 +150,6 @@ def summary_tables(groups: list[tuple[str, str, list[JobView]]]) -> Group:
             str(sum(tool_calls(j) for j in jobs)),
             str(sum(generated_tokens(j) for j in jobs)),
         )
-        stages = ("queued_s", "init_s", "run_s", "eval_s")
         timings.add_row(
             group,
             *(f"{mean(getattr(j.timing, s) for j in jobs):.1f}" if jobs else "-" for s in stages),

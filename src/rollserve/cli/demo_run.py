@@ -295,6 +295,8 @@ class DemoRun:
         state = self.settings.state_dir
         left = sorted(p.name for p in state.iterdir()) if state.is_dir() else []
         if left:
-            self.console.print(f"[red]sandboxes left under {state}: {', '.join(left)}")
+            self.console.print(
+                f"[red]sandboxes left under {state}: {', '.join(left)}", soft_wrap=True
+            )
         else:
             self.console.print(f"service stopped; no sandbox left under {state}", soft_wrap=True)
