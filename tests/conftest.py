@@ -13,7 +13,7 @@ from rollserve.settings import Settings
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data")
+    return Settings(data_dir=tmp_path / "data", image_cache_dir=tmp_path / "image-cache")
 
 
 @pytest.fixture

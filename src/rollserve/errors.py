@@ -179,6 +179,24 @@ class SandboxStartError(InfrastructureError):
     code = "sandbox_start_failed"
 
 
+class ImageConversionError(InfrastructureError):
+    """An image could not be made runnable (unpacked into the image cache, pulled)."""
+
+    code = "image_conversion_failed"
+
+
+class ImageCorruptError(ImageConversionError):
+    """An image's archive, manifest or layers are unreadable or fail their digests."""
+
+    code = "image_corrupt"
+
+
+class ImageCacheFullError(ImageConversionError):
+    """The image cache has no room for an image (its size bound, or its disk)."""
+
+    code = "image_cache_full"
+
+
 class SandboxDiedError(InfrastructureError):
     """The sandbox's processes died underneath a running command."""
 

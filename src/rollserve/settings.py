@@ -6,7 +6,7 @@ import os
 import sys
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import AliasChoices, Field, ValidationError
@@ -48,6 +48,17 @@ class Settings(BaseSettings):
     )
     images_dir: Path | None = Field(
         None, description="named sandbox images; default TOOLS_DIR/images"
+    )
+    image_cache_dir: Path | None = Field(
+        None, description="converted images (content-addressed); default TOOLS_DIR/image-cache"
+    )
+    image_cache_max_gb: float = Field(
+        200.0, gt=0, description="the image cache's size bound; least recently used go first"
+    )
+    image_workspace: Literal["auto", "overlay", "copy"] = Field(
+        "auto",
+        description="how a workspace inside an image is made writable per sandbox: an overlay "
+        "mount (needs root), a private copy, or the overlay where it can be mounted",
     )
     bwrap_binary: str = "bwrap"
     bwrap_host_binds: list[Path] = Field(
@@ -96,6 +107,11 @@ class Settings(BaseSettings):
     def job_db(self) -> Path:
         """The SQLite job store."""
         return self.data_dir / "jobs.db"
+
+    @property
+    def image_cache(self) -> Path:
+        """The image cache's directory."""
+        return self.image_cache_dir or self.tools_dir / "image-cache"
 
     @property
     def image_dir(self) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from rollserve.sandbox import SandboxManager, spec_for
-from rollserve.sandbox.apptainer import ApptainerBackend
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
 from tests.leaks import sandbox_processes
@@ -50,6 +49,6 @@ async def test_apptainer_images(manager: SandboxManager, suffix: str) -> None:
 async def test_named_image_resolves(manager: SandboxManager) -> None:
     require(manager, "apptainer")
     _base_image(manager)
-    backend = manager.backends.get("apptainer")
-    assert isinstance(backend, ApptainerBackend)
-    assert backend.resolve_image("base") == manager.settings.image_dir.resolve() / "base"
+    assert manager.images.expand("base") == str(manager.settings.image_dir.resolve() / "base")
+    image = await manager.images.runnable("base", "apptainer")
+    assert (image.kind, image.path) == ("dir", manager.settings.image_dir.resolve() / "base")

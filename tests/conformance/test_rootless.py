@@ -39,8 +39,10 @@ async def test_sandbox_as_an_ordinary_user(
     settings = settings.model_copy(update={"bwrap_host_binds": []})
     manager = SandboxManager(settings)
     require(manager, isolating_backend)
+    spec = spec_for(isolating_backend)
+    image = await manager.images.runnable(spec.image, isolating_backend)  # type: ignore[union-attr]
     launcher = manager.backends.get(isolating_backend).launcher(
-        spec_for(isolating_backend), unprivileged_dir
+        spec, unprivileged_dir, image=image, guest_workspace=None
     )
     for path in unprivileged_dir.parent.rglob("*"):
         os.chown(path, NOBODY, NOBODY)

@@ -9,9 +9,9 @@ from pydantic import ValidationError
 
 from rollserve.errors import (
     BackendUnavailableError,
+    ImageConversionError,
     ImageNotFoundError,
     InvalidCommandError,
-    InvalidInputError,
     TemplateNotFoundError,
     UnknownNameError,
 )
@@ -48,17 +48,23 @@ async def test_unknown_image(manager: SandboxManager) -> None:
     with pytest.raises(ImageNotFoundError, match="/no/such/rootfs"):
         await manager.start(spec_for("bwrap", image="/no/such/rootfs"))
     with pytest.raises(ImageNotFoundError, match="no-such-image"):
-        manager.backends.get("apptainer").launcher(
-            spec_for("apptainer", image="no-such-image"), Path("/tmp")
-        )
+        await manager.images.runnable("no-such-image", "apptainer")
+    with pytest.raises(ImageNotFoundError, match="relative/rootfs.*not found"):
+        await manager.images.runnable("relative/rootfs", "bwrap")
     assert list(manager.settings.state_dir.iterdir()) == []  # nothing left of the attempt
 
 
-async def test_sif_given_to_bwrap(manager: SandboxManager, tmp_path: Path) -> None:
+async def test_broken_sif_given_to_bwrap(manager: SandboxManager, tmp_path: Path) -> None:
+    # bwrap runs a SIF unpacked into the image cache; one that cannot be unpacked is an
+    # infrastructure error naming it, and leaves nothing in the cache or the state directory.
     sif = tmp_path / "image.sif"
     sif.write_bytes(b"SIF")
-    with pytest.raises(InvalidInputError, match="not a SIF"):
+    with pytest.raises(ImageConversionError, match=str(sif)):
         await manager.start(spec_for("bwrap", image=str(sif)))
+    cache = manager.images.cache
+    assert cache.all() == []
+    assert not cache.tmp.exists() or list(cache.tmp.iterdir()) == []
+    assert list(manager.settings.state_dir.iterdir()) == []
 
 
 async def test_missing_binary(tmp_path: Path) -> None:

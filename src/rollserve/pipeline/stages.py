@@ -53,6 +53,8 @@ def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
     if ref is not None:
         if ref.image is not None:
             fields["image"] = ref.image
+        if ref.workspace is not None:
+            fields["workspace"] = ref.workspace
         fields["network"] = ref.network
         if ref.limits is not None:
             fields["limits"] = ref.limits

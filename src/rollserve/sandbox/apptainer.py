@@ -7,7 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from rollserve.errors import BackendUnavailableError, ImageNotFoundError
+from rollserve.errors import BackendUnavailableError, InvalidInputError
+from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
 from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import ApptainerSpec, SandboxSpec
@@ -52,28 +53,24 @@ class ApptainerBackend:
             return Availability(False, f"{binary} --version failed: {probe.stderr.strip()}")
         return Availability(True, probe.stdout.strip())
 
-    def resolve_image(self, image: str) -> Path:
-        """A path to a .sif file or sandbox directory; a bare name is looked up in the image
-        directory as ``NAME/`` or ``NAME.sif``."""
-        if "/" in image:
-            candidates = [Path(image)]
-        else:
-            base = self.settings.image_dir
-            candidates = [base / image, base / f"{image}.sif"]
-        for path in candidates:
-            if path.is_dir() or (path.is_file() and path.suffix in (".sif", ".simg")):
-                return path.resolve()
-        listed = " or ".join(str(p) for p in candidates)
-        raise ImageNotFoundError(
-            f"apptainer image {image!r} not found (looked for {listed})", image=image
-        )
-
-    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+    def launcher(
+        self,
+        spec: SandboxSpec,
+        workspace: Path,
+        *,
+        image: RunnableImage | None,
+        guest_workspace: str | None,
+    ) -> Launcher:
         assert isinstance(spec, ApptainerSpec)
         binary = self._binary()
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)
-        image = self.resolve_image(spec.image)
+        if image is None or image.kind == "host":
+            raise InvalidInputError(
+                f"apptainer needs a .sif file or a directory image, not {spec.image!r}",
+                image=spec.image,
+            )
+        guest = guest_workspace or GUEST_WORKSPACE
         args = [
             binary,
             "--silent",
@@ -85,23 +82,23 @@ class ApptainerBackend:
             "--no-mount",
             "cwd",
             "--bind",
-            f"{workspace}:{GUEST_WORKSPACE}",
+            f"{workspace}:{guest}",
             "--pwd",
-            GUEST_WORKSPACE,
+            guest,
         ]
         for mount in checked_mounts(spec.mounts):
             args += ["--bind", f"{mount}:{mount}:ro"]
         if self.settings.apptainer_userns:
             args.append("--userns")
-        if image.is_file() and not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        if image.kind == "sif" and not os.access("/dev/fuse", os.R_OK | os.W_OK):
             # Without FUSE (root-only on many hosts) a SIF must be extracted, every start
             # (seconds): prefer sandbox directories for rollouts where FUSE is missing.
             args.append("--unsquash")
         if not spec.network:
             args += ["--net", "--network", "none"]
-        for key, value in sandbox_env(spec.env, home="/root").items():
+        for key, value in sandbox_env(spec.env, home="/root", image=image.config.env).items():
             args += ["--env", f"{key}={value}"]
-        args.append(str(image))
+        args.append(str(image.path))
         # Apptainer's scratch (an extracted SIF) goes under the sandbox's own directory, so
         # that it is removed with the sandbox even when apptainer is killed mid-way.
         scratch = workspace.parent / "apptainer-tmp"
@@ -112,7 +109,7 @@ class ApptainerBackend:
                 "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                 "APPTAINER_TMPDIR": str(scratch),
             },
-            workspace=GUEST_WORKSPACE,
+            workspace=guest,
             cwd=str(workspace),
             address_space_inside=True,
         )

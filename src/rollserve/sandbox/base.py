@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rollserve.images.base import RunnableImage
 from rollserve.schema.sandbox import ExecResult, SandboxLimits, SandboxSpec
 
 GUEST_WORKSPACE = "/workspace"
@@ -82,8 +83,17 @@ class SandboxBackend(Protocol):
         """Whether this backend can start sandboxes on this host."""
         ...
 
-    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
-        """Validate the spec (image, binary) and say how to run processes in the sandbox."""
+    def launcher(
+        self,
+        spec: SandboxSpec,
+        workspace: Path,
+        *,
+        image: RunnableImage | None,
+        guest_workspace: str | None,
+    ) -> Launcher:
+        """Say how to run processes in the sandbox: ``image`` is what the image store made
+        runnable of ``spec.image`` (None for a backend without images); the host directory
+        ``workspace`` is bound at ``guest_workspace`` (None: at /workspace)."""
         ...
 
 

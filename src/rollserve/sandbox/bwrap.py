@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from rollserve.errors import BackendUnavailableError, ImageNotFoundError, InvalidInputError
+from rollserve.errors import BackendUnavailableError, InvalidInputError
+from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
 from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import BwrapSpec, SandboxSpec
@@ -59,27 +60,26 @@ class BwrapBackend:
             )
         return Availability(True)
 
-    def _image_root(self, image: str) -> tuple[Path, tuple[str, ...] | None]:
-        if image == "host":
-            return Path("/"), _HOST_SYSTEM
-        path = Path(image) if "/" in image else self.settings.image_dir / image
-        if not path.is_dir():
-            if path.suffix == ".sif" or path.with_suffix(".sif").exists():
-                raise InvalidInputError(
-                    f"bwrap needs a root-filesystem directory, not a SIF "
-                    f"file: {image!r} (use the apptainer backend)"
-                )
-            raise ImageNotFoundError(
-                f"bwrap image {image!r} not found: {path} is not a directory", image=image
-            )
-        return path, None
-
-    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+    def launcher(
+        self,
+        spec: SandboxSpec,
+        workspace: Path,
+        *,
+        image: RunnableImage | None,
+        guest_workspace: str | None,
+    ) -> Launcher:
         assert isinstance(spec, BwrapSpec)
         binary = self._binary()
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)
-        root, only = self._image_root(spec.image)
+        if image is None or image.kind == "sif":
+            raise InvalidInputError(
+                f"bwrap needs a root-filesystem directory, not {spec.image!r}", image=spec.image
+            )
+        root, only = image.path, (_HOST_SYSTEM if image.kind == "host" else None)
+        guest = guest_workspace or GUEST_WORKSPACE
+        parts = PurePosixPath(guest).parts
+        top = parts[1] if len(parts) == 2 else None  # replaced whole by the workspace
         args = [
             binary,
             "--die-with-parent",
@@ -93,7 +93,7 @@ class BwrapBackend:
         if spec.network:
             args.append("--share-net")
         for entry in sorted(os.scandir(root), key=lambda e: e.name):
-            if entry.name in _FRESH or (only is not None and entry.name not in only):
+            if entry.name in _FRESH or entry.name == top or (only and entry.name not in only):
                 continue
             if entry.is_symlink():
                 args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
@@ -127,14 +127,14 @@ class BwrapBackend:
         args += [
             "--bind",
             str(workspace),
-            GUEST_WORKSPACE,
+            guest,
             "--chdir",
-            GUEST_WORKSPACE,
+            guest,
             "--remount-ro",
             "/",
             "--clearenv",
         ]
-        for key, value in sandbox_env(spec.env, home="/root").items():
+        for key, value in sandbox_env(spec.env, home="/root", image=image.config.env).items():
             args += ["--setenv", key, value]
         args.append("--")
         # bwrap's --new-session leaves the sandbox without a controlling terminal; setsid -c
@@ -145,5 +145,5 @@ class BwrapBackend:
             tty_inside=True,
             dies_with_parent=True,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-            workspace=GUEST_WORKSPACE,
+            workspace=guest,
         )

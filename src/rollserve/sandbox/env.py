@@ -9,8 +9,11 @@ from rollserve.errors import InvalidInputError
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def sandbox_env(extra: dict[str, str], *, home: str) -> dict[str, str]:
-    """A clean, predictable environment (no host variables leak in) plus the spec's own."""
+def sandbox_env(
+    extra: dict[str, str], *, home: str, image: dict[str, str] | None = None
+) -> dict[str, str]:
+    """A clean, predictable environment (no host variables leak in), then the image's own
+    (its ``ENV``: a conda environment on ``PATH`` …), then the spec's."""
     env = {
         "PATH": SYSTEM_PATH,
         "HOME": home,
@@ -22,6 +25,7 @@ def sandbox_env(extra: dict[str, str], *, home: str) -> dict[str, str]:
         "MANPAGER": "cat",
         "PYTHONUNBUFFERED": "1",
     }
+    env.update(image or {})
     env.update(extra)
     return env
 

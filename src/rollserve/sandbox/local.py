@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import Availability, Launcher
 from rollserve.sandbox.env import checked_mounts, sandbox_env
 from rollserve.schema.sandbox import LocalSpec, SandboxSpec
@@ -30,7 +31,14 @@ class LocalBackend:
     def availability(self) -> Availability:
         return Availability(True, "no isolation: development only")
 
-    def launcher(self, spec: SandboxSpec, workspace: Path) -> Launcher:
+    def launcher(
+        self,
+        spec: SandboxSpec,
+        workspace: Path,
+        *,
+        image: RunnableImage | None = None,
+        guest_workspace: str | None = None,
+    ) -> Launcher:
         assert isinstance(spec, LocalSpec)
         checked_mounts(spec.mounts)  # the host's own paths: nothing to bind, but they must exist
         if not self._warned:  # once per backend (that is, per rollserve process)

@@ -13,18 +13,19 @@ from types import TracebackType
 from rollserve.errors import (
     BackendUnavailableError,
     InvalidInputError,
-    SandboxStartError,
     TemplateNotFoundError,
     UnknownNameError,
 )
+from rollserve.images import ImageStore, RunnableImage
 from rollserve.registry import Registry
 from rollserve.sandbox import state
 from rollserve.sandbox.apptainer import ApptainerBackend
-from rollserve.sandbox.base import Availability, SandboxBackend
+from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, SandboxBackend
 from rollserve.sandbox.bwrap import BwrapBackend
 from rollserve.sandbox.instance import SandboxInstance
 from rollserve.sandbox.limits import Cgroup
 from rollserve.sandbox.local import LocalBackend
+from rollserve.sandbox.workspace import copy_tree, image_directory, lay_out
 from rollserve.schema.sandbox import ApptainerSpec, BwrapSpec, LocalSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -61,10 +62,17 @@ class SandboxManager:
     processes, leaving closes every sandbox this manager started.
     """
 
-    def __init__(self, settings: Settings, backends: Registry[SandboxBackend] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        backends: Registry[SandboxBackend] | None = None,
+        images: ImageStore | None = None,
+    ):
         self.settings = settings
         self.backends = backends if backends is not None else default_backends(settings)
         self.live: dict[str, SandboxInstance] = {}
+        self.images = images if images is not None else ImageStore(settings)
+        self._images: dict[str, RunnableImage] = {}
         self._availability: dict[str, Availability] = {}
 
     async def __aenter__(self) -> SandboxManager:
@@ -112,10 +120,28 @@ class SandboxManager:
                     record, _ = await made
                     await asyncio.to_thread(state.destroy, record)
             raise
+        image: RunnableImage | None = None
         try:
             workspace = record.path / "workspace"
-            await _lay_out(template, workspace)
-            launcher = backend.launcher(spec, workspace)
+            image = await self._image(spec)
+            guest = spec.workspace
+            if guest is None and image is not None and spec.template is None:
+                guest = image.config.workdir
+            if guest is not None and guest != GUEST_WORKSPACE:
+                if image is None or image.kind != "dir":
+                    raise InvalidInputError(
+                        f"a workspace inside the image ({guest}) needs an image "
+                        f"({spec.backend} backend, image {image.ref if image else None})",
+                        workspace=guest,
+                    )
+                source = await asyncio.to_thread(image_directory, image, guest)
+                scratch = record.path / "overlay"
+                await asyncio.to_thread(scratch.mkdir)
+                await lay_out(source, workspace, scratch, self.settings.image_workspace)
+            else:
+                guest = None
+                await copy_template(template, workspace)
+            launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
             sandbox = SandboxInstance(
                 record=record,
                 launcher=launcher,
@@ -127,7 +153,11 @@ class SandboxManager:
             )
         except BaseException:
             await asyncio.shield(asyncio.to_thread(state.destroy, record))
+            if image is not None:
+                self.images.release(image)
             raise
+        if image is not None:
+            self._images[sandbox_id] = image
         self.live[sandbox_id] = sandbox
         return sandbox
 
@@ -153,8 +183,23 @@ class SandboxManager:
         """Close one sandbox (it forgets itself here once removed)."""
         await sandbox.close()
 
+    async def _image(self, spec: SandboxSpec) -> RunnableImage | None:
+        """The spec's image, made runnable by the image store (None: the backend has none)."""
+        ref = getattr(spec, "image", None)
+        if ref is None:
+            if spec.workspace is not None:
+                raise InvalidInputError(
+                    f"the {spec.backend} backend has no image to hold workspace {spec.workspace}",
+                    workspace=spec.workspace,
+                )
+            return None
+        return await self.images.runnable(ref, spec.backend, need_dir=spec.workspace is not None)
+
     def _forget(self, sandbox: SandboxInstance) -> None:
         self.live.pop(sandbox.id, None)
+        image = self._images.pop(sandbox.id, None)
+        if image is not None:
+            self.images.release(image)
 
     async def close_all(self) -> None:
         """Close every sandbox still live; a failure to close one does not stop the others."""
@@ -179,25 +224,8 @@ def _check_template(template: Path | None) -> Path | None:
     return template.resolve()
 
 
-async def _lay_out(template: Path | None, workspace: Path) -> None:
+async def copy_template(template: Path | None, workspace: Path) -> None:
     """The private writable workspace (made empty by ``_make``): a copy of the template
     (reflinked where the filesystem can)."""
-    if template is None:
-        return
-    proc = await asyncio.create_subprocess_exec(
-        "cp",
-        "-a",
-        "--reflink=auto",
-        f"{template}/.",
-        str(workspace),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        _, err = await proc.communicate()
-    finally:
-        if proc.returncode is None:  # cancelled: the copy must stop before the removal
-            proc.kill()
-            await asyncio.shield(proc.wait())
-    if proc.returncode != 0:
-        raise SandboxStartError(f"copying template {template} failed: {err.decode().strip()}")
+    if template is not None:
+        await copy_tree(template, workspace)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollserve.schema.sandbox import SandboxLimits
+from rollserve.schema.sandbox import SandboxLimits, check_guest_workspace
 from rollserve.schema.tokens import Tokens
 
 
@@ -20,8 +20,16 @@ class SandboxRef(_Model):
 
     backend: str | None = None
     image: str | None = None
+    workspace: str | None = Field(
+        None, description="a directory inside the image used as the workspace (e.g. /testbed)"
+    )
     network: bool = False
     limits: SandboxLimits | None = None
+
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, value: str | None) -> str | None:
+        return check_guest_workspace(value)
 
 
 class Task(BaseModel):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Model(BaseModel):
@@ -24,9 +24,31 @@ class SandboxLimits(_Model):
     )
 
 
+def check_guest_workspace(value: str | None) -> str | None:
+    """A workspace inside the image: an absolute, normalized path below ``/``."""
+    if value is None:
+        return None
+    path = PurePosixPath(value)
+    normal = str(path) == value.rstrip("/")
+    if not path.is_absolute() or ".." in path.parts or not normal or len(path.parts) < 2:
+        raise ValueError(f"{value!r} must be an absolute directory below / (no '..')")
+    if path.parts[1] in _SYSTEM_DIRS:
+        raise ValueError(f"{value!r} is a system directory; name the repository's directory")
+    return str(path)
+
+
+_SYSTEM_DIRS = {"proc", "dev", "sys", "tmp", "run", "usr", "bin", "sbin", "lib", "lib64", "etc"}
+
+
 class _SpecBase(_Model):
     template: Path | None = Field(
         None, description="directory copied into the sandbox's private workspace"
+    )
+    workspace: str | None = Field(
+        None,
+        description="a directory inside the image (e.g. /testbed) made writable for this "
+        "sandbox and used as its workspace, instead of a template at /workspace; default: "
+        "the image's WORKDIR when it has one and no template is given",
     )
     mounts: list[Path] = Field(
         default_factory=list,
@@ -36,19 +58,38 @@ class _SpecBase(_Model):
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
 
+    @field_validator("workspace")
+    @classmethod
+    def _workspace(cls, value: str | None) -> str | None:
+        return check_guest_workspace(value)
+
+    @model_validator(mode="after")
+    def _one_workspace(self) -> _SpecBase:
+        if self.workspace is not None and self.template is not None:
+            raise ValueError("give a template or a workspace inside the image, not both")
+        return self
+
 
 class BwrapSpec(_SpecBase):
     """A bubblewrap sandbox: the host's system directories or a root-filesystem directory."""
 
     backend: Literal["bwrap"] = "bwrap"
-    image: str = Field("host", description="'host', a root-filesystem directory, or a named image")
+    image: str = Field(
+        "host",
+        description="'host', a named image, a root-filesystem directory, a .sif file, "
+        "oci-archive:FILE[:TAG], docker-archive:FILE[:TAG] or oci:DIR[:TAG]",
+    )
 
 
 class ApptainerSpec(_SpecBase):
     """An Apptainer/Singularity sandbox from a .sif file or a sandbox directory."""
 
     backend: Literal["apptainer"] = "apptainer"
-    image: str = Field("base", description="a .sif file, a sandbox directory, or a named image")
+    image: str = Field(
+        "base",
+        description="a named image, a .sif file, a sandbox directory, "
+        "oci-archive:FILE[:TAG], docker-archive:FILE[:TAG] or oci:DIR[:TAG]",
+    )
 
 
 class LocalSpec(_SpecBase):

@@ -1,0 +1,83 @@
+"""Image sources: where a sandbox image comes from (a .sif file, a directory, an OCI layout, an
+``oci-archive``/``docker-archive`` tarball, a registry), behind one Protocol, registered by
+name. Sandbox backends never convert anything: they ask the image store for a runnable image."""
+
+from __future__ import annotations
+
+import os
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+from rollserve.images.oci import ImageConfig
+
+RunnableKind = Literal["host", "dir", "sif"]
+
+
+@dataclass(frozen=True)
+class Located:
+    """A reference found where it points: a stamp that changes when the image changes, and the
+    path a backend may run as it is (``direct``), for the backends in ``direct_for``."""
+
+    stamp: str
+    direct: Path | None = None
+    direct_for: frozenset[str] = frozenset()
+
+
+class Opened(Protocol):
+    """An image opened for conversion: its content address, and how to unpack it."""
+
+    @property
+    def digest(self) -> str:
+        """The image's content address (``sha256:…``)."""
+        ...
+
+    def unpack(self, rootfs: Path) -> tuple[ImageConfig, int, int]:
+        """Write the root filesystem into the empty directory ``rootfs``; returns the image
+        config, the number of files and their bytes."""
+        ...
+
+
+class ImageSource(Protocol):
+    """A kind of image reference (``oci-archive:…``, ``docker://…``, a directory …)."""
+
+    name: str
+
+    def claims(self, ref: str) -> bool:
+        """Whether ``ref`` is this kind's (cheap: a prefix or a stat)."""
+        ...
+
+    def locate(self, ref: str) -> Located:
+        """Find the image (ImageNotFoundError naming it when it is not there)."""
+        ...
+
+    def open(self, ref: str) -> AbstractContextManager[Opened]:
+        """Open it for conversion into the cache."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunnableImage:
+    """What a backend runs: the host's own system (``host``), a root-filesystem directory, or
+    a SIF file; with the image's environment and working directory."""
+
+    kind: RunnableKind
+    path: Path
+    ref: str
+    config: ImageConfig = field(default_factory=ImageConfig)
+    digest: str | None = None
+
+
+def file_stamp(path: Path) -> str:
+    """A stamp of a file or directory that changes when it is replaced or rewritten."""
+    info = os.stat(path)
+    return f"{info.st_dev}:{info.st_ino}:{info.st_size}:{info.st_mtime_ns}"
+
+
+def split_tag(rest: str) -> tuple[Path, str | None]:
+    """``PATH[:TAG]`` (a path that exists as given has no tag)."""
+    if os.path.exists(rest) or ":" not in rest:
+        return Path(rest), None
+    path, _, tag = rest.rpartition(":")
+    return Path(path), tag or None
