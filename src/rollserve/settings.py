@@ -60,6 +60,13 @@ class Settings(BaseSettings):
         description="how a workspace inside an image is made writable per sandbox: an overlay "
         "mount (needs root), a private copy, or the overlay where it can be mounted",
     )
+    registry_mirror: str | None = Field(
+        None, description="pull docker.io images (docker://) from this registry URL instead"
+    )
+    registry_insecure: list[str] = Field(
+        default_factory=list, description="registries (host:port) reached over plain HTTP"
+    )
+    registry_timeout_s: float = Field(300.0, gt=0, description="one registry request at most")
     bwrap_binary: str = "bwrap"
     bwrap_host_binds: list[Path] = Field(
         default_factory=_default_host_binds, description="extra read-only binds for the host image"

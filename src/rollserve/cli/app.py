@@ -21,6 +21,7 @@ from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
 from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.cli.export import export_app
+from rollserve.cli.images import images_app
 from rollserve.cli.llm import llm_app
 from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
@@ -42,6 +43,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(llm_app, name="llm")
 app.add_typer(tasks_app, name="tasks")
 app.add_typer(export_app, name="export")
+app.add_typer(images_app, name="images")
 
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="state directory")]
 

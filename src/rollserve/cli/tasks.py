@@ -12,8 +12,11 @@ from rich.table import Table
 
 from rollserve.settings import Settings
 from rollserve.tasks.swe_prepare import TaskReport, prepare_specs
+from rollserve.tasks.swebench_rows import DEFAULT_IMAGE_TEMPLATE, import_rows
 
 tasks_app = typer.Typer(help="Task sets.", no_args_is_help=True)
+import_app = typer.Typer(help="Tasks from other formats.", no_args_is_help=True)
+tasks_app.add_typer(import_app, name="import")
 
 
 def report_table(reports: list[TaskReport]) -> Table:
@@ -52,3 +55,31 @@ def prepare_swe_cmd(
     valid = sum(r.valid for r in reports)
     console.print(f"{valid}/{len(reports)} valid; tasks in {out / 'tasks.jsonl'}")
     raise typer.Exit(0 if valid == len(reports) else 1)
+
+
+@import_app.command("swebench")
+def import_swebench_cmd(
+    rows: Annotated[Path, typer.Argument(help="SWE-bench-format rows (.jsonl, .json, .parquet)")],
+    out: Annotated[Path, typer.Option("--out", help="where tasks.jsonl and report.json go")],
+    image_template: Annotated[
+        str,
+        typer.Option(
+            "--image-template",
+            help="image of a row without an 'image' column; placeholders {instance_id}, "
+            "{swebench_image} (SWE-bench's sweb.eval.x86_64.* name), {repo}, {version}",
+        ),
+    ] = DEFAULT_IMAGE_TEMPLATE,
+) -> None:
+    """Write swebench tasks from SWE-bench-format rows (SWE-bench, SWE-Gym, SWE-smith …); exit
+    code 0 iff every row became a task."""
+    reports = import_rows(rows, out, image_template)
+    console = Console()
+    bad = [r for r in reports if not r.valid]
+    if bad:
+        table = Table("row", "instance", "reason")
+        for report in bad:
+            table.add_row(str(report.row), report.task_id or "?", report.reason or "")
+        console.print(table)
+    good = len(reports) - len(bad)
+    console.print(f"{good}/{len(reports)} rows became tasks; tasks in {out / 'tasks.jsonl'}")
+    raise typer.Exit(0 if not bad else 1)

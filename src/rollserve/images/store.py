@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from rollserve.images.base import ImageSource, Located, RunnableImage
 from rollserve.images.cache import CachedImage, ImageCache
 from rollserve.images.local_sources import SIF_SUFFIXES, DirectorySource, SifSource
 from rollserve.images.oci_sources import DockerArchiveSource, OciArchiveSource, OciLayoutSource
+from rollserve.images.registry import RegistrySource
 from rollserve.registry import Registry
 from rollserve.settings import Settings
 
@@ -28,6 +30,9 @@ def default_sources(settings: Settings) -> Registry[ImageSource]:
         DockerArchiveSource(),
         OciLayoutSource(),
         SifSource(settings.apptainer_binary),
+        RegistrySource(
+            settings.registry_mirror, settings.registry_insecure, settings.registry_timeout_s
+        ),
         DirectorySource(),
     )
     for source in sources:
@@ -99,29 +104,35 @@ class ImageStore:
         )
 
     async def pull(self, ref: str) -> CachedImage:
-        """Convert ``ref`` into the cache now (``rollserve images pull``)."""
+        """Convert ``ref`` into the cache now (``rollserve images pull``); a registry tag is
+        resolved again, so a moved tag gets its new image."""
         ref = await asyncio.to_thread(self.expand, ref)
         source = self.source(ref)
         located = await asyncio.to_thread(source.locate, ref)
-        return await self._converted(ref, source, located)
+        return await self._converted(ref, source, located, refresh=True)
 
-    async def _converted(self, ref: str, source: ImageSource, located: Located) -> CachedImage:
+    async def _converted(
+        self, ref: str, source: ImageSource, located: Located, *, refresh: bool = False
+    ) -> CachedImage:
         key = (ref, located.stamp)
         known = self._known.get(key)
-        if known is not None and known.rootfs.is_dir():
+        if known is not None and known.rootfs.is_dir() and not refresh:
             return known
         pending = self._pending.get(ref)
         if pending is None:
-            pending = asyncio.ensure_future(asyncio.to_thread(self._convert, ref, source, located))
+            convert = functools.partial(self._convert, ref, source, located, refresh=refresh)
+            pending = asyncio.ensure_future(asyncio.to_thread(convert))
             self._pending[ref] = pending
             pending.add_done_callback(lambda _: self._pending.pop(ref, None))
         image = await asyncio.shield(pending)
         self._known[key] = image
         return image
 
-    def _convert(self, ref: str, source: ImageSource, located: Located) -> CachedImage:
+    def _convert(
+        self, ref: str, source: ImageSource, located: Located, *, refresh: bool
+    ) -> CachedImage:
         """Blocking: the cached image of ``ref``, converted if the cache lacks it."""
-        digest = self.cache.ref_digest(ref, located.stamp)
+        digest = None if refresh else self.cache.ref_digest(ref, located.stamp)
         if digest is not None:
             image = self.cache.get(digest)
             if image is not None:
