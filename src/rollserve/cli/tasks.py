@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rollserve.pipeline.validation import PatchCheck, read_tasks, validate_tasks, write_report
 from rollserve.settings import Settings
 from rollserve.tasks.swe_prepare import TaskReport, prepare_specs
 from rollserve.tasks.swebench_rows import DEFAULT_IMAGE_TEMPLATE, import_rows
@@ -83,3 +86,52 @@ def import_swebench_cmd(
     good = len(reports) - len(bad)
     console.print(f"{good}/{len(reports)} rows became tasks; tasks in {out / 'tasks.jsonl'}")
     raise typer.Exit(0 if not bad else 1)
+
+
+@tasks_app.command("validate")
+def validate_cmd(
+    tasks: Annotated[Path, typer.Argument(help="a task directory (DIR/tasks.jsonl) or JSONL file")],
+    gold: Annotated[
+        bool, typer.Option("--gold", help="only the gold patches (skip the empty-patch check)")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="tasks set up and evaluated at a time")
+    ] = 4,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="state directory (job store, sandboxes)")
+    ] = None,
+) -> None:
+    """Run every task's gold patch (expect reward 1) and an empty patch (expect 0) through the
+    pipeline; writes validation.json beside the tasks; exit code 0 iff every task is valid."""
+    started = time.time()
+    listed = read_tasks(tasks)
+    with tempfile.TemporaryDirectory(prefix="rollserve-validate-") as scratch:
+        settings = Settings.load(
+            data_dir=data_dir or Path(scratch),
+            init_workers=workers,
+            run_workers=workers,
+            eval_workers=workers,
+        )
+        checks = asyncio.run(validate_tasks(listed, settings, gold_only=gold))
+    report = (tasks if tasks.is_dir() else tasks.parent) / "validation.json"
+    write_report(report, checks, started)
+    table = Table("task", "valid", "gold", "empty", "reason")
+    for check in checks:
+        table.add_row(
+            check.task_id,
+            "[green]yes[/green]" if check.valid else "[red]no[/red]",
+            _reward(check.gold),
+            _reward(check.empty),
+            (check.reason or "")[:300],
+        )
+    console = Console()
+    console.print(table)
+    valid = sum(c.valid for c in checks)
+    console.print(f"{valid}/{len(checks)} valid; report in {report}")
+    raise typer.Exit(0 if valid == len(checks) else 1)
+
+
+def _reward(check: PatchCheck | None) -> str:
+    if check is None:
+        return "-"
+    return f"{check.reward:g}" if check.reward is not None else check.status

@@ -76,8 +76,11 @@ def file_stamp(path: Path) -> str:
 
 
 def split_tag(rest: str) -> tuple[Path, str | None]:
-    """``PATH[:TAG]`` (a path that exists as given has no tag)."""
+    """``PATH[:TAG]``: the path is the shortest prefix ending before a colon that exists (a
+    docker tag holds a colon itself: ``FILE:ubuntu:22.04``); a path that exists as given has no
+    tag; when none exists, the path ends at the first colon."""
     if os.path.exists(rest) or ":" not in rest:
         return Path(rest), None
-    path, _, tag = rest.rpartition(":")
-    return Path(path), tag or None
+    colons = [i for i, ch in enumerate(rest) if ch == ":"]
+    at = next((i for i in colons if os.path.exists(rest[:i])), colons[0])
+    return Path(rest[:at]), rest[at + 1 :] or None

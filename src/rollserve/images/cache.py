@@ -9,7 +9,8 @@ CACHE/locks/                         one lock file per digest (conversion) and p
 ```
 A conversion holds its digest's lock exclusively, unpacks into tmp/ and renames the result into
 place, so a reader sees a complete image or none. A process using an image holds a shared lock
-on its ``image.json``; eviction (least recently used first) skips images so held.
+on its directory (not on ``image.json``, which is replaced when a reference is added); eviction
+(least recently used first) skips images so held.
 """
 
 from __future__ import annotations
@@ -191,6 +192,13 @@ class ImageCache:
         log.info("converted %s into %s in %.1fs", ref, final, image.convert_s)
         return image, True
 
+    def add_ref(self, image: CachedImage, ref: str) -> CachedImage:
+        """Note that ``ref`` names ``image`` too (blocking: call it from a thread)."""
+        if ref in image.refs:
+            return image
+        with self.lock(image.digest):
+            return self._add_ref(image, ref)
+
     def _add_ref(self, image: CachedImage, ref: str) -> CachedImage:
         if ref not in image.refs:
             meta_path = Path(image.path) / _META
@@ -225,7 +233,7 @@ class ImageCache:
     def hold(self, image: CachedImage) -> int:
         """A shared lock on the image (eviction skips it) and a use mark; returns the fd to
         close when done."""
-        fd = os.open(Path(image.path) / _META, os.O_RDONLY)
+        fd = os.open(image.path, os.O_RDONLY | os.O_DIRECTORY)
         fcntl.flock(fd, fcntl.LOCK_SH)
         with contextlib.suppress(OSError):
             os.utime(Path(image.path) / "used")
@@ -252,7 +260,7 @@ class ImageCache:
         """Remove one image unless a process holds it; whether it was removed."""
         path = Path(image.path)
         try:
-            fd = os.open(path / _META, os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         except FileNotFoundError:
             return False
         try:

@@ -138,13 +138,16 @@ def open_archive(path: Path) -> Iterator[TarBlobs]:
         tar.close()
 
 
-def read_json(blobs: BlobStore, location: str) -> Any:
+def read_json(blobs: BlobStore, location: str, name: str) -> Any:
     with blobs.open(location) as fh:
-        data = fh.read()
+        return parse_json(fh.read(), location, name)
+
+
+def parse_json(data: bytes, location: str, name: str) -> Any:
     try:
         return json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ImageCorruptError(f"{location} is not valid JSON: {exc}") from exc
+        raise ImageCorruptError(f"{name}: {location} is not valid JSON: {exc}", image=name) from exc
 
 
 def blob_path(digest: str) -> str:
@@ -164,7 +167,7 @@ def oci_manifest(blobs: BlobStore, tag: str | None, name: str) -> Manifest:
     one), resolved through a multi-platform index to this host's platform."""
     if not blobs.exists("index.json"):
         raise ImageCorruptError(f"{name} is not an OCI layout (no index.json)", image=name)
-    index = read_json(blobs, "index.json")
+    index = read_json(blobs, "index.json", name)
     descriptors = index.get("manifests") or []
     if tag is not None:
         chosen = [d for d in descriptors if (d.get("annotations") or {}).get(REF_NAME) == tag]
@@ -185,7 +188,7 @@ def oci_manifest(blobs: BlobStore, tag: str | None, name: str) -> Manifest:
 
 def _resolve(blobs: BlobStore, descriptor: dict[str, Any], name: str) -> Manifest:
     digest = str(descriptor.get("digest", ""))
-    document = read_json(blobs, blob_path(digest))
+    document = read_json(blobs, blob_path(digest), name)
     if document.get("mediaType") in INDEX_TYPES or "manifests" in document:
         want = host_platform()
         for entry in document.get("manifests") or []:
@@ -193,7 +196,8 @@ def _resolve(blobs: BlobStore, descriptor: dict[str, Any], name: str) -> Manifes
             if (plat.get("os"), plat.get("architecture")) == want:
                 return _resolve(blobs, entry, name)
         raise ImageNotFoundError(f"{name} has no image for {want[0]}/{want[1]}", image=name)
-    config = read_json(blobs, blob_path(str(document.get("config", {}).get("digest", ""))))
+    config_digest = str(document.get("config", {}).get("digest", ""))
+    config = read_json(blobs, blob_path(config_digest), name)
     layers = [
         Layer(digest=str(entry["digest"]), location=blob_path(str(entry["digest"])))
         for entry in document.get("layers") or []
@@ -206,7 +210,7 @@ def docker_manifest(blobs: BlobStore, tag: str | None, name: str) -> Manifest:
     its content address is the image id (the config's digest)."""
     if not blobs.exists("manifest.json"):
         raise ImageCorruptError(f"{name} is not a docker-archive (no manifest.json)", image=name)
-    entries = read_json(blobs, "manifest.json")
+    entries = read_json(blobs, "manifest.json", name)
     if tag is not None:
         entries = [e for e in entries if tag in (e.get("RepoTags") or [])]
     if len(entries) != 1:
@@ -216,7 +220,7 @@ def docker_manifest(blobs: BlobStore, tag: str | None, name: str) -> Manifest:
     config_location = str(entry.get("Config", ""))
     with blobs.open(config_location) as fh:
         raw = fh.read()
-    config = json.loads(raw)
+    config = parse_json(raw, config_location, name)
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
     locations = entry.get("Layers") or []
     if len(diff_ids) != len(locations):

@@ -145,6 +145,8 @@ class ImageStore:
                     image, converted = self.cache.convert(ref, opened)
                     self.conversions += converted
                     self.cache.evict(keep={image.digest, *self._held})
+                else:
+                    image = self.cache.add_ref(image, ref)
         except RollserveError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -103,7 +103,7 @@ class RootFs:
             target = os.path.join(parent, base)
             self._replace(target, member)
             self._create(target, member, layer)
-            added.add("/".join(parts))
+            added.update("/".join(parts[:i]) for i in range(1, len(parts) + 1))
 
     def _whiteout(self, dir_parts: list[str], base: str, added: set[str]) -> None:
         parent = self.resolve(dir_parts, create=False)
@@ -111,9 +111,7 @@ class RootFs:
             return
         prefix = "/".join(dir_parts)
         if base == _OPAQUE:
-            for name in os.listdir(parent):
-                if f"{prefix}/{name}".lstrip("/") not in added:
-                    _remove(os.path.join(parent, name))
+            _clear(parent, prefix, added)
             return
         _remove(os.path.join(parent, base[len(_WHITEOUT) :]))
 
@@ -148,7 +146,9 @@ class RootFs:
             parts = entry_path(member.linkname)
             source_dir = self.resolve(parts[:-1], create=False)
             source_path = os.path.join(source_dir, parts[-1]) if source_dir and parts else None
-            if source_path is None or not os.path.isfile(source_path):
+            # lstat: a link to one of the image's symlinks links that symlink; following it
+            # would look at the host.
+            if source_path is None or _lmode(source_path) in (None, stat.S_IFDIR):
                 raise ImageCorruptError(
                     f"hard link {member.name!r} points at {member.linkname!r}, which is no file"
                 )
@@ -169,6 +169,25 @@ class RootFs:
             if os.path.isdir(path) and not os.path.islink(path):
                 os.chmod(path, self.stats.dir_modes[path])
         return self.stats
+
+
+def _lmode(path: str) -> int | None:
+    try:
+        return stat.S_IFMT(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _clear(directory: str, prefix: str, keep: set[str]) -> None:
+    """Remove what lower layers put in ``directory``: all but this layer's entries (``keep``:
+    their paths and their parents'), and the lower entries inside the directories it keeps."""
+    for name in os.listdir(directory):
+        rel = f"{prefix}/{name}".lstrip("/")
+        path = os.path.join(directory, name)
+        if rel not in keep:
+            _remove(path)
+        elif os.path.isdir(path) and not os.path.islink(path):
+            _clear(path, rel, keep)
 
 
 def _remove(path: str) -> None:

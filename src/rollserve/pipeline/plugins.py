@@ -12,6 +12,7 @@ from rollserve.tasks.base import TaskHandler
 from rollserve.tasks.code import CodeHandler
 from rollserve.tasks.math import MathHandler
 from rollserve.tasks.swe import SweHandler
+from rollserve.tasks.swebench import SwebenchHandler
 
 
 def default_plugins() -> Plugins:
@@ -20,6 +21,7 @@ def default_plugins() -> Plugins:
     handlers.register(MathHandler.name, MathHandler())
     handlers.register(CodeHandler.name, CodeHandler())
     handlers.register(SweHandler.name, SweHandler())
+    handlers.register(SwebenchHandler.name, SwebenchHandler())
     parsers = default_parsers()
     agents: Registry[Agent] = Registry("agent")
     agents.register(SubmitAgent.name, SubmitAgent())

@@ -96,7 +96,9 @@ class ApptainerBackend:
             args.append("--unsquash")
         if not spec.network:
             args += ["--net", "--network", "none"]
-        for key, value in sandbox_env(spec.env, home="/root", image=image.config.env).items():
+        for key, value in sandbox_env(
+            spec.env, home="/root", image=image.config.env, path_prepend=spec.path_prepend
+        ).items():
             args += ["--env", f"{key}={value}"]
         args.append(str(image.path))
         # Apptainer's scratch (an extracted SIF) goes under the sandbox's own directory, so

@@ -124,8 +124,10 @@ class Sandbox(Protocol):
         *,
         timeout: float | None = None,
         stdin: bytes | None = None,
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
-        """Run one process to completion (a string runs under ``bash -c``)."""
+        """Run one process to completion (a string runs under ``bash -c``); output beyond
+        ``max_output_bytes`` (default: the sandbox's limit) keeps its head and tail."""
         ...
 
     async def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:

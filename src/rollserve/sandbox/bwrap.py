@@ -134,7 +134,9 @@ class BwrapBackend:
             "/",
             "--clearenv",
         ]
-        for key, value in sandbox_env(spec.env, home="/root", image=image.config.env).items():
+        for key, value in sandbox_env(
+            spec.env, home="/root", image=image.config.env, path_prepend=spec.path_prepend
+        ).items():
             args += ["--setenv", key, value]
         args.append("--")
         # bwrap's --new-session leaves the sandbox without a controlling terminal; setsid -c

@@ -10,10 +10,15 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def sandbox_env(
-    extra: dict[str, str], *, home: str, image: dict[str, str] | None = None
+    extra: dict[str, str],
+    *,
+    home: str,
+    image: dict[str, str] | None = None,
+    path_prepend: list[str] | None = None,
 ) -> dict[str, str]:
     """A clean, predictable environment (no host variables leak in), then the image's own
-    (its ``ENV``: a conda environment on ``PATH`` …), then the spec's."""
+    (its ``ENV``: a conda environment on ``PATH`` …), then the spec's; ``path_prepend``
+    directories go first on the resulting ``PATH``."""
     env = {
         "PATH": SYSTEM_PATH,
         "HOME": home,
@@ -27,6 +32,8 @@ def sandbox_env(
     }
     env.update(image or {})
     env.update(extra)
+    if path_prepend:
+        env["PATH"] = ":".join([*path_prepend, env["PATH"]])
     return env
 
 

@@ -48,7 +48,7 @@ class LocalBackend:
         home.mkdir(exist_ok=True)
         return Launcher(
             prefix=[],
-            env=sandbox_env(spec.env, home=str(home)),
+            env=sandbox_env(spec.env, home=str(home), path_prepend=spec.path_prepend),
             workspace=str(workspace),
             cwd=str(workspace),
         )

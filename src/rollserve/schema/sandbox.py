@@ -56,6 +56,10 @@ class _SpecBase(_Model):
     )
     network: bool = Field(False, description="network access; off unless asked")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    path_prepend: list[str] = Field(
+        default_factory=list,
+        description="directories put first on the image's PATH (an environment to activate)",
+    )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
 
     @field_validator("workspace")

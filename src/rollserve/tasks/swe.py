@@ -31,23 +31,36 @@ SYSTEM_PROMPT = (
 )
 
 
-class SweFields(BaseModel):
-    """The kind-specific fields of an ``swe`` task (``rollserve tasks prepare-swe`` writes
-    them)."""
+class SweTests(BaseModel):
+    """What scores a repository task: the hidden tests and how they run."""
 
     model_config = ConfigDict(extra="forbid")
 
-    repo: Path = Field(description="the prepared repository: a git work tree with one commit")
-    env: Path = Field(description="the prepared environment, mounted read-only (env/bin/python)")
     test_patch: str = Field(description="the hidden tests, applied only for evaluation")
     fail_to_pass: list[str] = Field(min_length=1, description="pytest node ids that must pass")
     pass_to_pass: list[str] = Field(default_factory=list, description="must keep passing")
     setup_commands: list[str] = Field(default_factory=list, description="run after patching")
     test_args: list[str] = Field(default_factory=list, description="extra pytest arguments")
+    test_timeout_s: float = Field(900.0, gt=0, description="a test run (or setup) at most")
+
+    @field_validator("fail_to_pass", "pass_to_pass")
+    @classmethod
+    def _node_ids(cls, value: list[str]) -> list[str]:
+        for node_id in value:
+            if not node_id.strip() or node_id.startswith("-"):
+                raise ValueError(f"{node_id!r} is not a pytest node id")
+        return value
+
+
+class SweFields(SweTests):
+    """The kind-specific fields of an ``swe`` task (``rollserve tasks prepare-swe`` writes
+    them)."""
+
+    repo: Path = Field(description="the prepared repository: a git work tree with one commit")
+    env: Path = Field(description="the prepared environment, mounted read-only (env/bin/python)")
     python_path: list[str] = Field(
         default_factory=lambda: ["."], description="repository directories put on PYTHONPATH"
     )
-    test_timeout_s: float = Field(900.0, gt=0, description="a test run (or setup) at most")
 
     @field_validator("repo", "env")
     @classmethod
@@ -63,14 +76,6 @@ class SweFields(BaseModel):
             path = PurePosixPath(entry)
             if path.is_absolute() or ".." in path.parts:
                 raise ValueError(f"{entry!r} must be relative to the repository root, no '..'")
-        return value
-
-    @field_validator("fail_to_pass", "pass_to_pass")
-    @classmethod
-    def _node_ids(cls, value: list[str]) -> list[str]:
-        for node_id in value:
-            if not node_id.strip() or node_id.startswith("-"):
-                raise ValueError(f"{node_id!r} is not a pytest node id")
         return value
 
 
@@ -103,7 +108,7 @@ class SweCheck:
         return details
 
 
-async def check_submission(sandbox: Sandbox, fields: SweFields, submission: str | None) -> SweCheck:
+async def check_submission(sandbox: Sandbox, fields: SweTests, submission: str | None) -> SweCheck:
     """In a fresh sandbox of the task: apply the submission, reset the files of the test patch
     and apply it, run the setup commands again, run the tests."""
     check = SweCheck(
@@ -203,27 +208,36 @@ class SweHandler:
     ) -> Evaluation:
         fields = self.fields(task)
         submission = output.submission if output.submission and output.submission.strip() else None
-        async with open_sandbox() as sandbox:
-            check = await check_submission(sandbox, fields, submission)
-        if check.test_patch_error is not None:
-            pristine = None
-            if submission is not None:  # the submission's fault only if the tests apply alone
-                async with open_sandbox() as sandbox:
-                    pristine = await check_test_patch(sandbox, fields)
-            if submission is None or pristine is not None:
-                raise InfrastructureError(
-                    f"the test patch of swe task {task.task_id!r} does not apply to its "
-                    f"repository: {pristine or check.test_patch_error}",
-                    task_id=task.task_id,
-                )
-            check.reason = (
-                "the patch conflicts with the hidden tests (the test patch no longer applies)"
-            )
+        check = await score(task.task_id, fields, submission, open_sandbox)
         reward = 1.0 if check.resolved else 0.0
         return Evaluation(reward=reward, details=check.details(), patch=output.submission)
 
 
-async def check_test_patch(sandbox: Sandbox, fields: SweFields) -> str | None:
+async def score(
+    task_id: str, fields: SweTests, submission: str | None, open_sandbox: SandboxOpener
+) -> SweCheck:
+    """The submission checked in a fresh sandbox. A test patch that does not apply to the
+    untouched repository is the task's fault: an InfrastructureError naming it."""
+    async with open_sandbox() as sandbox:
+        check = await check_submission(sandbox, fields, submission)
+    if check.test_patch_error is not None:
+        pristine = None
+        if submission is not None:  # the submission's fault only if the tests apply alone
+            async with open_sandbox() as sandbox:
+                pristine = await check_test_patch(sandbox, fields)
+        if submission is None or pristine is not None:
+            raise InfrastructureError(
+                f"the test patch of task {task_id!r} does not apply to its "
+                f"repository: {pristine or check.test_patch_error}",
+                task_id=task_id,
+            )
+        check.reason = (
+            "the patch conflicts with the hidden tests (the test patch no longer applies)"
+        )
+    return check
+
+
+async def check_test_patch(sandbox: Sandbox, fields: SweTests) -> str | None:
     """Whether the test patch applies to the untouched repository: None, or why not."""
     applied = await swe_eval.apply_patch(sandbox, fields.test_patch, "tests")
     return None if applied.applied else applied.output

@@ -12,14 +12,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rollserve.errors import SandboxPathError
-from rollserve.sandbox.base import GUEST_WORKSPACE, Sandbox
+from rollserve.sandbox.base import Sandbox
 
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 Applied = Literal["git apply", "patch -F2"]
 
-# Patches and the test report go under .git: outside the repository's files, and in the
-# workspace, which outlives each command (a sandbox's /tmp may be private to one command).
-SCRATCH = f"{GUEST_WORKSPACE}/.git/rollserve"
 OUTPUT_TAIL = 4000
 PATCH_TIMEOUT_S = 120.0
 # Hooks never run: a submission must not get code run by the harness's own git commands.
@@ -40,6 +37,12 @@ _TAGS: tuple[tuple[str, Outcome], ...] = (
 )
 
 
+def scratch(sandbox: Sandbox) -> str:
+    """Where patches and the test report go: under .git, outside the repository's files, and
+    in the workspace, which outlives each command (a sandbox's /tmp may be private to one)."""
+    return f"{sandbox.guest_workspace}/.git/rollserve"
+
+
 def tail(text: str, limit: int = OUTPUT_TAIL) -> str:
     """The last ``limit`` characters of ``text``."""
     return text if len(text) <= limit else "…" + text[-limit:]
@@ -56,7 +59,7 @@ class PatchResult:
 async def apply_patch(sandbox: Sandbox, patch: str, name: str) -> PatchResult:
     """Apply ``patch`` to the repository in the workspace: ``git apply`` first (all or
     nothing), then a fuzzy ``patch -p1 -F2``."""
-    path = f"{SCRATCH}/{name}.patch"
+    path = f"{scratch(sandbox)}/{name}.patch"
     await sandbox.write_file(path, patch.encode("utf-8", errors="surrogateescape"))
     outputs = []
     methods: tuple[tuple[Applied, str], ...] = (("git apply", _GIT_APPLY), ("patch -F2", _FUZZY))
@@ -155,7 +158,7 @@ async def run_tests(
     sandbox: Sandbox, node_ids: list[str], test_args: list[str], timeout_s: float
 ) -> TestRun:
     """Run pytest on ``node_ids`` (relative to the repository root) and read the outcomes."""
-    report = f"{SCRATCH}/report.xml"
+    report = f"{scratch(sandbox)}/report.xml"
     argv = [
         "python",
         "-m",
@@ -163,7 +166,7 @@ async def run_tests(
         "-rA",
         "-p",
         "no:cacheprovider",
-        f"--rootdir={GUEST_WORKSPACE}",
+        f"--rootdir={sandbox.guest_workspace}",
         f"--junitxml={report}",
         *test_args,
         "--",

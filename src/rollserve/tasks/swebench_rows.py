@@ -15,14 +15,15 @@ from pydantic import BaseModel
 
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import SandboxRef, Task
+from rollserve.tasks.swebench import WORKSPACE, SwebenchHandler
 
 # SWE-bench's own image naming (its harness: ``sweb.eval.{arch}.{instance_id}``, with ``__``
 # written ``_1776_`` because Docker names cannot hold a double underscore), on Docker Hub.
 DEFAULT_IMAGE_TEMPLATE = "docker://swebench/{swebench_image}:latest"
-WORKSPACE = "/testbed"
 _REQUIRED = ("instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch")
 _LISTS = ("FAIL_TO_PASS", "PASS_TO_PASS")
-_USED = {*_REQUIRED, *_LISTS, "version", "environment_setup_commit", "image"}
+_HARNESS = ("eval_script", "log_parser", "eval_type")  # SWE-bench 5.x rows carry these
+_USED = {*_REQUIRED, *_LISTS, *_HARNESS, "version", "environment_setup_commit", "image"}
 _PLACEHOLDERS = {"instance_id", "swebench_image", "repo", "version"}
 
 
@@ -136,8 +137,9 @@ def row_task(row: dict[str, Any], template: str) -> Task:
     }
     if version is not None:
         fields["version"] = str(version)
-    if isinstance(row.get("environment_setup_commit"), str):
-        fields["environment_setup_commit"] = row["environment_setup_commit"]
+    for name in ("environment_setup_commit", *_HARNESS):
+        if isinstance(row.get(name), str) and row[name].strip():
+            fields[name] = row[name]
     return Task(
         task_id=instance_id,
         kind="swebench",
@@ -161,6 +163,7 @@ def import_rows(
 ) -> list[RowReport]:
     """Write ``out/tasks.jsonl`` (one task per usable row) and ``out/report.json``."""
     check_template(template)
+    handler = SwebenchHandler()
     rows = read_rows(rows_path)
     reports: list[RowReport] = []
     tasks: list[Task] = []
@@ -172,8 +175,12 @@ def import_rows(
             report.task_id = row["instance_id"]
         try:
             task = row_task(row, template)
+            handler.validate(task)
         except (ValueError, KeyError, IndexError) as exc:
             report.reason = str(exc)
+            continue
+        except InvalidInputError as exc:
+            report.reason = exc.message
             continue
         if task.task_id in seen:
             report.reason = f"instance_id {task.task_id!r} repeats an earlier row"
