@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rollserve.bench.images import KINDS, bench_images, images_table
 from rollserve.bench.overhead import OverheadWorkload, bench_overhead, overhead_table
 from rollserve.bench.pipeline import PipelineWorkload, bench_pipeline, pipeline_table
 from rollserve.bench.router import Workload, bench_router, router_table
@@ -99,6 +100,45 @@ def bench_shell_cmd(
             r.backend, r.method, f"{r.p50_ms:.3f}", f"{r.p99_ms:.3f}", str(r.n), f"{ratio:.1f}x"
         )
     Console().print(table)
+
+
+@bench_app.command("images")
+def bench_images_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    files: Annotated[int, typer.Option("--files", min=1, help="files in /testbed")] = 5000,
+    starts: Annotated[int, typer.Option("--starts", min=3, help="warm starts per case")] = 10,
+    concurrent: Annotated[
+        int, typer.Option("--concurrent", min=2, help="sandboxes wanting one new image")
+    ] = 50,
+    backend: Annotated[list[str] | None, typer.Option(help="only these backends")] = None,
+    kind: Annotated[list[str] | None, typer.Option(help=f"only these of {KINDS}")] = None,
+    data_dir: DataDir = None,
+) -> None:
+    """SWE-image starts: first (converted) and warm, per image kind and backend; the cost of a
+    writable /testbed; one new image wanted by many sandboxes at once."""
+    settings = _settings(data_dir)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    result = asyncio.run(
+        bench_images(
+            settings,
+            backend or ["bwrap", "apptainer"],
+            files=files,
+            starts=starts,
+            concurrent=concurrent,
+            kinds=tuple(kind or KINDS),
+        )
+    )
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    console = Console()
+    console.print(images_table(result))
+    for w in result.workspace:
+        console.print(f"writable /testbed by {w.mode}: {w.p50_ms:.1f} ms p50 ({w.files} files)")
+    console.print(
+        f"{result.concurrent_first_uses} concurrent first uses: {result.conversions} "
+        f"conversion(s) in {result.concurrent_seconds:.1f}s"
+    )
 
 
 @bench_app.command("router")

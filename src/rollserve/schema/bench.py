@@ -153,3 +153,45 @@ class ScaleBenchResult(BaseModel):
     nofile_limit: int
     steps: list[ScaleStep]
     max_sustained: int
+
+
+class ImageStartFigures(BaseModel):
+    """``rollserve bench images``: starts of a sandbox whose workspace is a repository inside
+    the image (``/testbed``), from ``start()`` to the first command's result in its shell.
+    ``first_start_ms`` includes converting the image into an empty cache (none for images a
+    backend runs as they are); warm starts find it in the cache."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    image_kind: str
+    files: int  # files in the image's repository
+    first_start_ms: float
+    warm_start_p50_ms: float
+    warm_start_p99_ms: float
+    starts: int
+    workspace: str  # how /testbed was made writable (overlay or copy)
+
+
+class WorkspaceFigures(BaseModel):
+    """The per-start cost of a writable ``/testbed``, alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str
+    files: int
+    p50_ms: float
+    n: int
+
+
+class ImagesBenchResult(BaseModel):
+    """``rollserve bench images``: per image kind and backend, and one new image wanted by
+    many jobs at once (``conversions`` should be 1)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    results: list[ImageStartFigures]
+    workspace: list[WorkspaceFigures]
+    concurrent_first_uses: int
+    conversions: int
+    concurrent_seconds: float
