@@ -12,7 +12,13 @@ from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import BwrapSpec
 from rollserve.tasks.swe import SweHandler
-from rollserve.tasks.swe_eval import junit_key, outcome_of, parse_junit, patch_paths
+from rollserve.tasks.swe_eval import (
+    junit_key,
+    outcome_of,
+    parse_junit,
+    patch_paths,
+    runnable_id,
+)
 
 
 def task(**fields: Any) -> Task:
@@ -93,3 +99,18 @@ def test_junit_outcomes() -> None:
         "tests/test_a.py::test_gone": "missing",
     }
     assert {node: outcome_of(node, cases) for node in expected} == expected
+
+
+def test_truncated_ids_of_swe_bench_data() -> None:
+    # SWE-bench cuts ids at the first space: "test_q[a: int]" is listed as "test_q[a:".
+    report = b"""<?xml version="1.0"?><testsuites><testsuite>
+      <testcase classname="tests.test_a" name="test_q[a: int]"/>
+      <testcase classname="tests.test_a" name="test_q[a: str]"/>
+      <testcase classname="tests.test_a" name="test_q[b: int]"><failure message="x"/></testcase>
+    </testsuite></testsuites>"""
+    cases = parse_junit(report)
+    assert runnable_id("tests/test_a.py::test_q[a:") == "tests/test_a.py::test_q"
+    assert runnable_id("tests/test_a.py::test_q[b]") == "tests/test_a.py::test_q[b]"
+    assert outcome_of("tests/test_a.py::test_q[a:", cases) == "passed"
+    assert outcome_of("tests/test_a.py::test_q[b:", cases) == "failed"
+    assert outcome_of("tests/test_a.py::test_q[c:", cases) == "missing"

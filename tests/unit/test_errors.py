@@ -49,7 +49,7 @@ async def test_unknown_image(manager: SandboxManager) -> None:
         await manager.start(spec_for("bwrap", image="/no/such/rootfs"))
     with pytest.raises(ImageNotFoundError, match="no-such-image"):
         await manager.images.runnable("no-such-image", "apptainer")
-    with pytest.raises(ImageNotFoundError, match="relative/rootfs.*not found"):
+    with pytest.raises(ImageNotFoundError, match=r"relative/rootfs.*not found"):
         await manager.images.runnable("relative/rootfs", "bwrap")
     assert list(manager.settings.state_dir.iterdir()) == []  # nothing left of the attempt
 

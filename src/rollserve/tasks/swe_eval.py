@@ -159,6 +159,7 @@ async def run_tests(
 ) -> TestRun:
     """Run pytest on ``node_ids`` (relative to the repository root) and read the outcomes."""
     report = f"{scratch(sandbox)}/report.xml"
+    selected = list(dict.fromkeys(runnable_id(node_id) for node_id in node_ids))
     argv = [
         "python",
         "-m",
@@ -170,7 +171,7 @@ async def run_tests(
         f"--junitxml={report}",
         *test_args,
         "--",
-        *node_ids,
+        *selected,
     ]
     await sandbox.exec(["rm", "-f", report], timeout=PATCH_TIMEOUT_S)
     result = await sandbox.exec(argv, timeout=timeout_s)
@@ -212,6 +213,17 @@ def parse_junit(data: bytes) -> dict[tuple[str, str], Outcome]:
     return cases
 
 
+def truncated(node_id: str) -> bool:
+    """SWE-bench data cuts test ids at the first space (its log parsers split lines on
+    whitespace): a parametrized id whose ``[`` is never closed."""
+    return "[" in node_id and not node_id.endswith("]")
+
+
+def runnable_id(node_id: str) -> str:
+    """The id to hand pytest: a truncated parametrized id runs its whole function."""
+    return node_id.partition("[")[0] if truncated(node_id) else node_id
+
+
 def junit_key(node_id: str) -> tuple[str, str]:
     """The ``(classname, name)`` pytest's JUnit XML gives the test ``node_id``."""
     path, bracket, params = node_id.partition("[")
@@ -222,11 +234,16 @@ def junit_key(node_id: str) -> tuple[str, str]:
 
 
 def outcome_of(node_id: str, cases: dict[tuple[str, str], Outcome]) -> Outcome:
-    """The outcome of ``node_id``: its own test case, or the worst of its parametrized cases,
-    or ``error`` when its module failed to collect; ``missing`` when the report lacks it."""
+    """The outcome of ``node_id``: its own test case, or the worst of its parametrized cases
+    (of those matching a truncated id), or ``error`` when its module failed to collect;
+    ``missing`` when the report lacks it."""
     classname, name = junit_key(node_id)
     if (classname, name) in cases:
         return cases[(classname, name)]
+    if truncated(node_id):  # the cases whose parameters start as the id does, as the harness
+        prefixed = [o for (c, n), o in cases.items() if c == classname and n.startswith(name)]
+        if prefixed:
+            return max(prefixed, key=lambda o: _SEVERITY[o])
     params = [o for (c, n), o in cases.items() if c == classname and n.startswith(name + "[")]
     if params:
         return max(params, key=lambda o: _SEVERITY[o])

@@ -1,0 +1,89 @@
+"""A real SWE-bench row (pylint-dev__pylint-4551, shipped in examples/swebench) in an instance
+image the tests build themselves: the project's sdist at /testbed, its environment laid out as
+conda's, packed as an OCI archive; imported with ``tasks import swebench`` once per session."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollserve.pipeline.plugins import default_plugins
+from rollserve.pipeline.service import RolloutService
+from rollserve.schema.jobs import JobRequest, Task
+from rollserve.settings import Settings
+from rollserve.storage import JobRecord
+from rollserve.tasks.swebench_rows import import_rows
+from rollserve.testing.swebench_image import build_instance_image, load_recipe
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
+ROWS = EXAMPLES / "rows.jsonl"
+INSTANCE = "pylint-dev__pylint-4551"
+CLASSIC = f"{INSTANCE}-classic"  # the same row without the harness's columns
+BASE_ROOTFS = Path("/opt/rollserve/images/base")
+
+
+@dataclass
+class Instance:
+    row: dict[str, Any]
+    image: str  # oci-archive:… of the instance image
+    tasks_dir: Path  # tasks.jsonl: the row as imported, and its classic twin
+    cache: Path  # one image cache for the session: the image is converted once
+
+    def task(self, task_id: str = INSTANCE) -> Task:
+        for line in (self.tasks_dir / "tasks.jsonl").read_text().splitlines():
+            task = Task.model_validate_json(line)
+            if task.task_id == task_id:
+                return task
+        raise KeyError(task_id)
+
+    def settings(self, tmp: Path, **changes: Any) -> Settings:
+        return Settings(data_dir=tmp / "data", image_cache_dir=self.cache, **changes)
+
+
+@pytest.fixture(scope="session")
+def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
+    if not BASE_ROOTFS.is_dir():
+        message = f"base image {BASE_ROOTFS} missing: run scripts/build-images.sh"
+        if Settings().ci:
+            pytest.fail(message)
+        pytest.skip(message)
+    tmp = tmp_path_factory.mktemp("swebench")
+    row = json.loads(ROWS.read_text().splitlines()[0])
+    image = build_instance_image(
+        row,
+        tmp / "instance.tar",
+        base_rootfs=BASE_ROOTFS,
+        work=tmp / "build",
+        recipe=load_recipe(EXAMPLES / "recipes.json", INSTANCE),
+    )
+    classic = {k: v for k, v in row.items() if k not in ("eval_script", "log_parser", "eval_type")}
+    classic["instance_id"] = CLASSIC
+    rows = tmp / "rows.jsonl"
+    rows.write_text(json.dumps(row) + "\n" + json.dumps(classic) + "\n")
+    reports = import_rows(rows, tmp / "tasks", image)
+    assert all(r.valid for r in reports), reports
+    return Instance(row=row, image=image, tasks_dir=tmp / "tasks", cache=tmp / "image-cache")
+
+
+async def run_jobs(settings: Settings, requests: list[JobRequest]) -> list[JobRecord]:
+    """Submit ``requests`` to an in-process pipeline and wait for every one to end."""
+    service = RolloutService(settings, default_plugins())
+    await service.start()
+    try:
+        await service.submit(requests)
+        records = []
+        for request in requests:
+            assert request.job_id is not None
+            record = await service.wait(request.job_id, 600)
+            assert record.status.terminal, record
+            records.append(record)
+        return records
+    finally:
+        await service.stop()
+
+
+from tests.integration.conftest import server_factory  # noqa: E402, F401  (a real server)
