@@ -95,15 +95,21 @@ def store(settings: Settings) -> ImageStore:
 # -- the session's runnable image ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def base_archive(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """``oci-archive:`` of the base root filesystem, a script dir on the image's PATH, and a git
-    repository at /testbed (its WORKDIR); built once per session."""
+def require_base_rootfs() -> Path:
+    """The base root filesystem; a test without it skips (fails in CI)."""
     if not BASE_ROOTFS.is_dir():
         message = f"base image {BASE_ROOTFS} missing: run scripts/build-images.sh"
         if Settings().ci:
             pytest.fail(message)
         pytest.skip(message)
+    return BASE_ROOTFS
+
+
+@pytest.fixture(scope="session")
+def base_archive(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``oci-archive:`` of the base root filesystem, a script dir on the image's PATH, and a git
+    repository at /testbed (its WORKDIR); built once per session."""
+    require_base_rootfs()
     tmp = tmp_path_factory.mktemp("base-image")
     tools = tree(tmp / "tools", {"bin/hello-tool": b"#!/bin/sh\necho tool says $FOO\n"})
     (tools / "bin/hello-tool").chmod(0o755)

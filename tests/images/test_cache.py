@@ -251,3 +251,19 @@ async def test_image_over_the_bound_is_a_clear_error(tmp_path: Path, settings: S
         await store.runnable(ref, "bwrap")
     assert caught.value.details["image"] == ref
     assert_nothing_half_written(store)
+
+
+async def test_an_image_evicted_by_another_process_is_converted_again(
+    tmp_path: Path, settings: Settings
+) -> None:
+    ref = tiny_image(tmp_path, {"x": b"1"})
+    store = ImageStore(settings)
+    first = await store.runnable(ref, "bwrap")
+    store.release(first)
+    other = ImageStore(settings)  # another process on the same cache evicts it
+    [cached] = other.cache.all()
+    assert other.cache.remove(cached)
+    again = await store.runnable(ref, "bwrap")
+    assert (again.path / "x").read_bytes() == b"1"
+    assert store.conversions == 2
+    store.release(again)

@@ -18,12 +18,12 @@ from rollserve.settings import Settings
 from rollserve.storage import JobRecord
 from rollserve.tasks.swebench_rows import import_rows
 from rollserve.testing.swebench_image import build_instance_image, load_recipe
+from tests.images.conftest import require_base_rootfs
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
 ROWS = EXAMPLES / "rows.jsonl"
 INSTANCE = "pylint-dev__pylint-4551"
 CLASSIC = f"{INSTANCE}-classic"  # the same row without the harness's columns
-BASE_ROOTFS = Path("/opt/rollserve/images/base")
 
 
 @dataclass
@@ -46,17 +46,13 @@ class Instance:
 
 @pytest.fixture(scope="session")
 def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
-    if not BASE_ROOTFS.is_dir():
-        message = f"base image {BASE_ROOTFS} missing: run scripts/build-images.sh"
-        if Settings().ci:
-            pytest.fail(message)
-        pytest.skip(message)
+    base_rootfs = require_base_rootfs()
     tmp = tmp_path_factory.mktemp("swebench")
     row = json.loads(ROWS.read_text().splitlines()[0])
     image = build_instance_image(
         row,
         tmp / "instance.tar",
-        base_rootfs=BASE_ROOTFS,
+        base_rootfs=base_rootfs,
         work=tmp / "build",
         recipe=load_recipe(EXAMPLES / "recipes.json", INSTANCE),
     )

@@ -98,7 +98,12 @@ class ImageStore:
             if not need_dir:
                 return RunnableImage(kind="sif", path=direct, ref=ref)
         image = await self._converted(ref, source, located)
-        self._hold(image)
+        try:
+            self._hold(image)
+        except FileNotFoundError:  # evicted by another process a moment ago: convert it again
+            self._known.pop((ref, located.stamp), None)
+            image = await self._converted(ref, source, located, refresh=True)
+            self._hold(image)
         return RunnableImage(
             kind="dir", path=image.rootfs, ref=ref, config=image.config, digest=image.digest
         )

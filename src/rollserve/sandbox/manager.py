@@ -26,7 +26,13 @@ from rollserve.sandbox.instance import SandboxInstance
 from rollserve.sandbox.limits import Cgroup
 from rollserve.sandbox.local import LocalBackend
 from rollserve.sandbox.workspace import copy_tree, image_directory, lay_out
-from rollserve.schema.sandbox import ApptainerSpec, BwrapSpec, LocalSpec, SandboxSpec
+from rollserve.schema.sandbox import (
+    ApptainerSpec,
+    BwrapSpec,
+    LocalSpec,
+    SandboxSpec,
+    check_guest_workspace,
+)
 from rollserve.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -126,7 +132,7 @@ class SandboxManager:
             image = await self._image(spec)
             guest = spec.workspace
             if guest is None and image is not None and spec.template is None:
-                guest = image.config.workdir
+                guest = _workdir(image)
             if guest is not None and guest != GUEST_WORKSPACE:
                 if image is None or image.kind != "dir":
                     raise InvalidInputError(
@@ -208,6 +214,14 @@ class SandboxManager:
                 await self.close(sandbox)
             except OSError:
                 log.exception("closing sandbox %s failed", sandbox.id)
+
+
+def _workdir(image: RunnableImage) -> str | None:
+    """The image's WORKDIR as the default workspace, unless it is a system directory."""
+    try:
+        return check_guest_workspace(image.config.workdir)
+    except ValueError:
+        return None
 
 
 def _check_template(template: Path | None) -> Path | None:

@@ -5,11 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import ExitReason, Task
 from rollserve.schema.sandbox import SandboxSpec
+
+FieldsT = TypeVar("FieldsT", bound=BaseModel)
 
 # Opens a fresh sandbox of the task's spec for evaluation, closed when the block ends.
 SandboxOpener = Callable[[], AbstractAsyncContextManager[Sandbox]]
@@ -91,3 +96,14 @@ class TaskHandler(Protocol):
         An agent's submission that breaks the evaluation scores 0 with the reason; only a
         failure of rollserve's own machinery raises (an InfrastructureError)."""
         ...
+
+
+def kind_fields(model: type[FieldsT], task: Task) -> FieldsT:
+    """A task's kind-specific fields as ``model``; InvalidInputError naming the field when
+    they are wrong."""
+    try:
+        return model.model_validate(task.model_extra or {})
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        name = ".".join(str(p) for p in problem["loc"]) or "?"
+        raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc

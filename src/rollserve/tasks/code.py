@@ -9,13 +9,13 @@ import secrets
 from collections import Counter
 from typing import Any, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
 from rollserve.tasks.code_judge import (
     JUDGE_DIR,
     Verdict,
@@ -81,12 +81,7 @@ class CodeHandler:
 
     def fields(self, task: Task) -> CodeFields:
         """The kind-specific fields; InvalidInputError naming the field if they are wrong."""
-        try:
-            fields = CodeFields.model_validate(task.model_extra or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            name = ".".join(str(p) for p in problem["loc"]) or "?"
-            raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc
+        fields = kind_fields(CodeFields, task)
         function = fields.entry_point is not None or fields.tests is not None
         if function and fields.io_tests is not None:
             _bad("io_tests", "give entry_point + tests (a function) or io_tests, not both")

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.errors import InfrastructureError, InvalidInputError
 from rollserve.sandbox.base import GUEST_WORKSPACE, Sandbox
@@ -16,7 +16,7 @@ from rollserve.sandbox.env import SYSTEM_PATH
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.tasks import swe_eval
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
 from rollserve.tasks.swe_eval import Outcome
 
 SYSTEM_PROMPT = (
@@ -165,12 +165,7 @@ class SweHandler:
 
     def fields(self, task: Task) -> SweFields:
         """The kind-specific fields; InvalidInputError naming the field if they are wrong."""
-        try:
-            return SweFields.model_validate(task.model_extra or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            name = ".".join(str(p) for p in problem["loc"]) or "?"
-            raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc
+        return kind_fields(SweFields, task)
 
     def validate(self, task: Task) -> None:
         fields = self.fields(task)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.tasks import swe_eval, swebench_harness
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
 from rollserve.tasks.swe import SweTests, score
 
 WORKSPACE = "/testbed"
@@ -66,12 +66,7 @@ class SwebenchHandler:
 
     def fields(self, task: Task) -> SwebenchFields:
         """The kind-specific fields; InvalidInputError naming the field if they are wrong."""
-        try:
-            return SwebenchFields.model_validate(task.model_extra or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            name = ".".join(str(p) for p in problem["loc"]) or "?"
-            raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc
+        return kind_fields(SwebenchFields, task)
 
     def validate(self, task: Task) -> None:
         fields = self.fields(task)

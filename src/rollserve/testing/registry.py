@@ -4,17 +4,14 @@ serving images built with :func:`rollserve.testing.oci.build_image` to other nod
 
 from __future__ import annotations
 
-import asyncio
 import json
-import socket
-import threading
-import time
 from pathlib import Path
 from typing import Self
 
-import uvicorn
 from fastapi import FastAPI, Header, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
+
+from rollserve.testing.threaded import ThreadedServer
 
 _MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
@@ -29,8 +26,7 @@ class LocalRegistry:
         self.token = token
         self.port = 0
         self.requests: list[str] = []  # paths asked for, in order
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._runner = ThreadedServer("local-registry")
 
     @property
     def host(self) -> str:
@@ -101,27 +97,11 @@ class LocalRegistry:
 
     def start(self) -> Self:
         """Serve in a background thread; returns once the port accepts connections."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self._app(), log_level="warning", access_log=False, lifespan="off")
-        server = self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(server.serve(sockets=[sock]),), daemon=True
-        )
-        self._thread.start()
-        while not server.started:
-            if not self._thread.is_alive():
-                sock.close()
-                raise RuntimeError("the local registry failed to start")
-            time.sleep(0.005)
+        self.port = self._runner.start(self._app())
         return self
 
     def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join()
-            self._server = self._thread = None
+        self._runner.stop()
 
     def __enter__(self) -> Self:
         return self.start()

@@ -4,10 +4,8 @@ HTTP as OpenAI chat completions, vLLM token completions and SGLang's native ``/g
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -16,13 +14,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.errors import InvalidInputError
 from rollserve.llm.toolcalls import HermesParser, ToolCall
+from rollserve.testing.threaded import ThreadedServer
 
 
 class ScriptedCall(BaseModel):
@@ -99,9 +97,7 @@ class ScriptedLLMServer:
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._ids = itertools.count()
         self.add_turns(turns)
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner = ThreadedServer("scripted-llm")
         self.port = 0
 
     def add_turns(self, turns: Iterable[Mapping[str, Any]]) -> None:
@@ -148,52 +144,16 @@ class ScriptedLLMServer:
 
     def start(self) -> Self:
         """Serve in a background thread; returns once the port accepts connections."""
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self._app(), log_level="warning", access_log=False, lifespan="off", http="h11"
-        )
-        server = self._server = uvicorn.Server(config)
-
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            await server.serve(sockets=[sock])
-
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(serve(),), name="scripted-llm", daemon=True
-        )
-        self._thread.start()
-        while not server.started:
-            if not self._thread.is_alive():
-                sock.close()
-                raise RuntimeError("the scripted LLM server failed to start")
-            time.sleep(0.005)
+        self.port = self._runner.start(self._app())
         return self
 
     def stop(self) -> None:
         """Shut down gracefully: requests in flight are answered first."""
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join()
-            self._server = self._thread = None
+        self._runner.stop()
 
     def kill(self) -> None:
         """Stop at once, like a crashed backend: open connections are reset unanswered."""
-        server, loop = self._server, self._loop
-        if server is None or loop is None:
-            return
-
-        def abort() -> None:
-            server.force_exit = server.should_exit = True
-            for connection in list(server.server_state.connections):
-                transport = getattr(connection, "transport", None)
-                if transport is not None:
-                    transport.abort()
-
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            loop.call_soon_threadsafe(abort)
-        self.stop()
+        self._runner.kill()
 
     def __enter__(self) -> Self:
         return self.start()
