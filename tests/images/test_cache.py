@@ -19,7 +19,7 @@ import pytest
 from rollserve.errors import ImageCacheFullError
 from rollserve.images import ImageSource, ImageStore, Located
 from rollserve.images.base import Opened
-from rollserve.images.oci_sources import OciArchiveSource
+from rollserve.images.oci_archive import OciArchiveSource
 from rollserve.registry import Registry
 from rollserve.settings import Settings
 from tests.images.conftest import tiny_image

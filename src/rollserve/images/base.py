@@ -8,11 +8,29 @@ import os
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
-
-from rollserve.images.oci import ImageConfig
+from typing import Any, Literal, Protocol
 
 RunnableKind = Literal["host", "dir", "sif"]
+SIF_SUFFIXES = (".sif", ".simg")
+
+
+@dataclass
+class ImageConfig:
+    """What an image asks of the processes it runs: environment and working directory."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> ImageConfig:
+        inner = config.get("config") or {}
+        env: dict[str, str] = {}
+        for item in inner.get("Env") or []:
+            key, sep, value = str(item).partition("=")
+            if sep and key:
+                env[key] = value
+        workdir = inner.get("WorkingDir") or None
+        return cls(env=env, workdir=workdir if workdir not in (None, "/") else None)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from rollserve.errors import ImageCacheFullError, ImageConversionError
-from rollserve.images.base import Opened
-from rollserve.images.oci import ImageConfig
+from rollserve.images.base import ImageConfig, Opened
 
 log = logging.getLogger(__name__)
 

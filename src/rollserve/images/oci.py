@@ -12,11 +12,13 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol, cast
 
 from rollserve.errors import ImageCorruptError, ImageNotFoundError
+from rollserve.images.base import ImageConfig, Located, file_stamp, split_tag
+from rollserve.images.unpack import RootFs
 
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -26,25 +28,6 @@ REF_NAME = "org.opencontainers.image.ref.name"
 _GZIP = b"\x1f\x8b"
 _ZSTD = b"\x28\xb5\x2f\xfd"
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "arm", "ppc64le": "ppc64le"}
-
-
-@dataclass
-class ImageConfig:
-    """What an image asks of the processes it runs: environment and working directory."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str | None = None
-
-    @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ImageConfig:
-        inner = config.get("config") or {}
-        env: dict[str, str] = {}
-        for item in inner.get("Env") or []:
-            key, sep, value = str(item).partition("=")
-            if sep and key:
-                env[key] = value
-        workdir = inner.get("WorkingDir") or None
-        return cls(env=env, workdir=workdir if workdir not in (None, "/") else None)
 
 
 @dataclass
@@ -304,3 +287,45 @@ class _Prefixed:
                 data += self.raw.read(size - len(data))
             return data
         return self.raw.read(size)
+
+
+@dataclass
+class OciOpened:
+    """An OCI image ready to unpack."""
+
+    blobs: BlobStore
+    manifest: Manifest
+    name: str
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+    def unpack(self, rootfs: Path) -> tuple[ImageConfig, int, int]:
+        fs = RootFs(rootfs)
+        for layer in self.manifest.layers:
+            apply_layer(self.blobs, layer, self.name, fs.apply)
+        stats = fs.finish()
+        return ImageConfig.from_config(self.manifest.config), stats.files, stats.size_bytes
+
+
+class ArchiveSource:
+    """A tarball named by a prefix, ``PREFIX:FILE[:TAG]``."""
+
+    name = ""
+    reader: Callable[[BlobStore, str | None, str], Manifest]
+
+    def claims(self, ref: str) -> bool:
+        return ref.startswith(f"{self.name}:")
+
+    def locate(self, ref: str) -> Located:
+        path, _ = split_tag(ref.removeprefix(f"{self.name}:"))
+        if not path.is_file():
+            raise ImageNotFoundError(f"image archive {path} does not exist", image=ref)
+        return Located(stamp=file_stamp(path))
+
+    @contextmanager
+    def open(self, ref: str) -> Iterator[OciOpened]:
+        path, tag = split_tag(ref.removeprefix(f"{self.name}:"))
+        with open_archive(path) as blobs:
+            yield OciOpened(blobs, type(self).reader(blobs, tag, ref), ref)

@@ -17,10 +17,9 @@ from typing import IO, Any
 import httpx
 
 from rollserve.errors import ImageConversionError, ImageCorruptError, ImageNotFoundError
-from rollserve.images.base import Located
+from rollserve.images.base import ImageConfig, Located
 from rollserve.images.oci import (
     INDEX_TYPES,
-    ImageConfig,
     Layer,
     Manifest,
     apply_layer,

@@ -13,9 +13,12 @@ from pathlib import Path
 from rollserve.errors import ImageConversionError, ImageNotFoundError, RollserveError
 from rollserve.images.base import ImageSource, Located, RunnableImage
 from rollserve.images.cache import CachedImage, ImageCache
-from rollserve.images.local_sources import SIF_SUFFIXES, DirectorySource, SifSource
-from rollserve.images.oci_sources import DockerArchiveSource, OciArchiveSource, OciLayoutSource
+from rollserve.images.directory import DirectorySource
+from rollserve.images.docker_archive import DockerArchiveSource
+from rollserve.images.oci_archive import OciArchiveSource
+from rollserve.images.oci_layout import OciLayoutSource
 from rollserve.images.registry import RegistrySource
+from rollserve.images.sif import SifSource
 from rollserve.registry import Registry
 from rollserve.settings import Settings
 
@@ -180,4 +183,4 @@ class ImageStore:
                 os.close(hold.fd)
 
 
-__all__ = ["HOST", "SIF_SUFFIXES", "ImageStore", "default_sources"]
+__all__ = ["HOST", "ImageStore", "default_sources"]

@@ -1,6 +1,5 @@
-"""Images that are already on disk in a runnable form: a root-filesystem (Apptainer sandbox)
-directory, run as it is by every backend, and a SIF file, run as it is by Apptainer and
-unpacked into the cache for the others."""
+"""A SIF file (``.sif``/``.simg``): Apptainer runs it as it is; other backends (and a workspace
+inside the image) get it unpacked into the cache with ``apptainer build --sandbox``."""
 
 from __future__ import annotations
 
@@ -9,40 +8,16 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollserve.errors import ImageConversionError, ImageNotFoundError
-from rollserve.images.base import Located, Opened, file_stamp
-from rollserve.images.oci import ImageConfig
+from rollserve.images.base import SIF_SUFFIXES, ImageConfig, Located, file_stamp
 
-SIF_SUFFIXES = (".sif", ".simg")
 # What Apptainer writes for an image converted from OCI: the image's ENV, as shell exports.
 _DOCKER_ENV = ".singularity.d/env/10-docker2singularity.sh"
 _EXPORT = re.compile(r'^export (\w+)="(.*)"$')
-
-
-class DirectorySource:
-    """A root filesystem in a directory (an Apptainer sandbox directory)."""
-
-    name = "dir"
-
-    def claims(self, ref: str) -> bool:
-        return ref.startswith("/") and not ref.endswith(SIF_SUFFIXES)
-
-    def locate(self, ref: str) -> Located:
-        path = Path(ref)
-        if not path.is_dir():
-            raise ImageNotFoundError(f"image directory {path} does not exist", image=ref)
-        return Located(
-            stamp=file_stamp(path),
-            direct=path.resolve(),
-            direct_for=frozenset({"bwrap", "apptainer"}),
-        )
-
-    def open(self, ref: str) -> AbstractContextManager[Opened]:
-        raise ImageConversionError(f"{ref} is a directory: it is run as it is", image=ref)
 
 
 @dataclass
