@@ -1,5 +1,6 @@
 """A rollserve process that starts a sandbox with busy processes, reports them, and waits to be
-killed: the test then checks that nothing of it outlives the next start's reaper."""
+killed: the test then checks that nothing of it outlives the next start's reaper. Arguments:
+BACKEND DATA_DIR [IMAGE IMAGE_CACHE_DIR]."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from rollserve.settings import Settings
 from rollserve.shell import ShellSession
 
 
-async def main(backend: str, data_dir: str) -> None:
-    manager = SandboxManager(Settings(data_dir=Path(data_dir)))
-    box = await manager.start(spec_for(backend))
+async def main(backend: str, data_dir: str, image: str | None, cache: str | None) -> None:
+    settings = Settings(data_dir=Path(data_dir))
+    if cache is not None:
+        settings = settings.model_copy(update={"image_cache_dir": Path(cache)})
+    manager = SandboxManager(settings)
+    # With an image: its WORKDIR is the workspace (an overlay mount as root).
+    box = await manager.start(spec_for(backend, image=image) if image else spec_for(backend))
     session = await ShellSession.open(box)
     await session.run("sleep 1000 & (sleep 1000 &) ; nohup sleep 1000 >/dev/null 2>&1 &")
     runner = asyncio.create_task(session.run("sleep 1000", timeout=None))
@@ -26,4 +31,5 @@ async def main(backend: str, data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    image, cache = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else (None, None)
+    asyncio.run(main(sys.argv[1], sys.argv[2], image, cache))

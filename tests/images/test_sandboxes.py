@@ -4,6 +4,11 @@ never touched, and nothing left on the host once closed."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,7 @@ from rollserve.settings import Settings
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
 from tests.images.conftest import TESTBED_FILES
-from tests.leaks import mounts_under, sandbox_processes
+from tests.leaks import Proc, mounts_under, sandbox_processes
 
 
 @pytest.fixture(params=["bwrap", "apptainer"])
@@ -133,3 +138,33 @@ def test_template_and_workspace_together_is_invalid(tmp_path: Path) -> None:
 def test_workspace_must_be_a_plain_absolute_directory(workspace: str) -> None:
     with pytest.raises(ValidationError, match="workspace"):
         spec_for("bwrap", image="oci-archive:/x.tar", workspace=workspace)
+
+
+async def test_a_killed_owner_leaves_no_mount_after_restart(
+    backend: str, settings: Settings, base_archive: str
+) -> None:
+    async with SandboxManager(settings) as probe:
+        require(probe, backend)
+    argv = [sys.executable, "-m", "tests.conformance.owner_process", backend]
+    argv += [str(settings.data_dir), base_archive, str(settings.image_cache)]
+    owner = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    assert owner.stdout is not None
+    report = json.loads(owner.stdout.readline())
+    procs = [Proc(pid, ticks) for pid, ticks in report["procs"]]
+    box_dir = Path(report["dir"])
+    assert all(p.alive() for p in procs)
+    if os.geteuid() == 0:
+        assert mounts_under(box_dir) != []  # the overlay over the image's /testbed
+    owner.kill()
+    owner.wait()
+    async with SandboxManager(settings) as restarted:  # entering reaps what the owner left
+        image = await restarted.images.runnable(base_archive, backend)
+        assert (image.path / "testbed" / "README").read_bytes() == TESTBED_FILES["README"]
+        restarted.images.release(image)
+    for _ in range(50):
+        if not any(p.alive() for p in procs):
+            break
+        await asyncio.sleep(0.05)
+    assert [p for p in procs if p.alive()] == []
+    assert mounts_under(settings.data_dir) == []
+    assert not box_dir.exists()
