@@ -157,6 +157,12 @@ class ImageStore:
                     image = self.cache.add_ref(image, ref)
         except RollserveError:
             raise
+        except PermissionError as exc:
+            raise ImageConversionError(
+                f"image {ref}: the image cache {self.cache.root} is not writable here ({exc}); "
+                "set image_cache_dir (ROLLSERVE_IMAGE_CACHE_DIR) to a directory of this user's",
+                image=ref,
+            ) from exc
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ImageConversionError(f"image {ref}: {exc}", image=ref) from exc
         self.cache.remember(ref, located.stamp, image.digest)
