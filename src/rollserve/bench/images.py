@@ -15,15 +15,15 @@ from pathlib import Path
 
 from rich.table import Table
 
+from rollserve.bench.startup import time_start
 from rollserve.bench.stats import quantile
 from rollserve.errors import SandboxStartError
 from rollserve.images.base import RunnableImage
-from rollserve.sandbox import SandboxManager, spec_for
+from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.state import unmount_under
 from rollserve.sandbox.workspace import image_directory, lay_out
 from rollserve.schema.bench import ImagesBenchResult, ImageStartFigures, WorkspaceFigures
 from rollserve.settings import Settings
-from rollserve.shell import ShellSession
 from rollserve.testing.oci import LayerSpec, build_image
 
 _GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@rollserve", "-c", "gc.auto=0"]
@@ -73,22 +73,18 @@ def make_images(work: Path, base: Path, files: int, apptainer: bool) -> dict[str
     return refs
 
 
-async def time_start(manager: SandboxManager, backend: str, image: str) -> tuple[float, str]:
-    """Milliseconds from ``start()`` to ``true``'s result in the shell, and the workspace mode."""
-    started = time.perf_counter()
-    sandbox = await manager.start(spec_for(backend, image=image, workspace="/testbed"))
-    try:
-        session = await ShellSession.open(sandbox)
-        result = await session.run("true")
-        elapsed = (time.perf_counter() - started) * 1000
-        if result.exit_code != 0:
-            raise SandboxStartError(f"'true' exited {result.exit_code} in {backend}")
-        await session.close()
+async def _start(manager: SandboxManager, backend: str, image: str) -> tuple[float, str]:
+    """One start with the workspace at /testbed, and how it was made writable."""
+    mode: list[str] = []
+
+    async def how(sandbox: SandboxInstance) -> None:
         mounts = await asyncio.to_thread(Path("/proc/self/mountinfo").read_text)
         overlay = any(line.split()[4] == str(sandbox.workspace) for line in mounts.splitlines())
-        return elapsed, "overlay" if overlay else "copy"
-    finally:
-        await manager.close(sandbox)
+        mode.append("overlay" if overlay else "copy")
+
+    spec = spec_for(backend, image=image, workspace="/testbed")
+    elapsed = await time_start(manager, backend, spec, how)
+    return elapsed, mode[0]
 
 
 async def _kind_figures(
@@ -96,8 +92,8 @@ async def _kind_figures(
 ) -> ImageStartFigures:
     fresh = settings.model_copy(update={"image_cache_dir": cache})
     async with SandboxManager(fresh) as manager:
-        first, mode = await time_start(manager, backend, ref)
-        samples = [(await time_start(manager, backend, ref))[0] for _ in range(starts)]
+        first, mode = await _start(manager, backend, ref)
+        samples = [(await _start(manager, backend, ref))[0] for _ in range(starts)]
     return ImageStartFigures(
         backend=backend,
         image_kind=kind,

@@ -8,17 +8,24 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 
 from rollserve.errors import RollserveError, SandboxStartError
-from rollserve.sandbox import SandboxManager, spec_for
-from rollserve.schema.sandbox import BackendCheck
+from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
+from rollserve.schema.sandbox import BackendCheck, SandboxSpec
 from rollserve.shell import ShellSession
 
 
-async def time_start(manager: SandboxManager, backend: str) -> float:
-    """Milliseconds from ``start()`` to the result of ``true`` in the new sandbox's shell."""
+async def time_start(
+    manager: SandboxManager,
+    backend: str,
+    spec: SandboxSpec | None = None,
+    inspect: Callable[[SandboxInstance], Awaitable[None]] | None = None,
+) -> float:
+    """Milliseconds from ``start()`` (of ``spec``, default the backend's) to the result of
+    ``true`` in the new sandbox's shell; ``inspect`` looks at the sandbox before it closes."""
     start = time.perf_counter()
-    sandbox = await manager.start(spec_for(backend))
+    sandbox = await manager.start(spec or spec_for(backend))
     try:
         session = await ShellSession.open(sandbox)
         result = await session.run("true")
@@ -26,6 +33,8 @@ async def time_start(manager: SandboxManager, backend: str) -> float:
         if result.exit_code != 0:
             raise SandboxStartError(f"'true' exited {result.exit_code} in {backend}")
         await session.close()
+        if inspect is not None:
+            await inspect(sandbox)
         return elapsed
     finally:
         await manager.close(sandbox)

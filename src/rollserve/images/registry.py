@@ -17,15 +17,8 @@ from typing import IO, Any
 import httpx
 
 from rollserve.errors import ImageConversionError, ImageCorruptError, ImageNotFoundError
-from rollserve.images.base import ImageConfig, Located
-from rollserve.images.oci import (
-    INDEX_TYPES,
-    Layer,
-    Manifest,
-    apply_layer,
-    host_platform,
-)
-from rollserve.images.unpack import RootFs
+from rollserve.images.base import Located
+from rollserve.images.oci import INDEX_TYPES, Layer, Manifest, OciOpened, host_platform
 
 DOCKER_HUB = "registry-1.docker.io"
 _ACCEPT = ", ".join(
@@ -110,51 +103,34 @@ class RegistryClient:
         return str(body.get("token") or body.get("access_token"))
 
 
-@dataclass
-class RegistryOpened:
-    """A registry image resolved to this host's platform, ready to pull and unpack."""
+class RegistryBlobs:
+    """A registry's blobs of one repository; each is fetched whole into ``scratch`` before it
+    is read, so a download cut short fails before anything of it is applied."""
 
-    client: RegistryClient
-    reference: Reference
-    manifest: Manifest
-    name: str
+    def __init__(self, client: RegistryClient, reference: Reference, scratch: Path, name: str):
+        self.client = client
+        self.reference = reference
+        self.scratch = scratch
+        self.name = name
 
-    @property
-    def digest(self) -> str:
-        return self.manifest.digest
-
-    def unpack(self, rootfs: Path) -> tuple[ImageConfig, int, int]:
-        fs = RootFs(rootfs)
-        for layer in self.manifest.layers:
-            # Each layer is fetched whole before it is applied: a broken download must not
-            # leave a half-applied layer behind.
-            with tempfile.NamedTemporaryFile(dir=rootfs.parent, prefix="layer-") as blob:
-                self._download(layer.digest, blob)
-                blob.flush()
-                apply_layer(_OneFile(Path(blob.name)), layer, self.name, fs.apply)
-        stats = fs.finish()
-        return ImageConfig.from_config(self.manifest.config), stats.files, stats.size_bytes
-
-    def _download(self, digest: str, out: IO[bytes]) -> None:
-        response = self.client.get(f"{self.reference.name}/blobs/{digest}", stream=True)
+    def open(self, location: str) -> IO[bytes]:
+        self.scratch.mkdir(parents=True, exist_ok=True)
+        out = tempfile.TemporaryFile(dir=self.scratch, prefix="blob-")  # noqa: SIM115 (the caller closes it)
+        response = self.client.get(f"{self.reference.name}/blobs/{location}", stream=True)
         try:
-            _check(response, self.name, f"layer {digest}")
+            _check(response, self.name, f"blob {location}")
             for chunk in response.iter_bytes(1 << 20):
                 out.write(chunk)
         except httpx.HTTPError as exc:
-            raise ImageConversionError(f"{self.name}: pulling {digest} failed: {exc}") from exc
+            out.close()
+            raise ImageConversionError(f"{self.name}: pulling {location} failed: {exc}") from exc
+        except BaseException:
+            out.close()
+            raise
         finally:
             response.close()
-
-
-class _OneFile:
-    """A downloaded blob, read as the only member of a blob store."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def open(self, location: str) -> IO[bytes]:
-        return self.path.open("rb")
+        out.seek(0)
+        return out
 
     def exists(self, location: str) -> bool:
         return True
@@ -183,8 +159,13 @@ class RegistrySource:
     name = "docker"
 
     def __init__(
-        self, mirror: str | None, insecure: list[str] | None = None, timeout_s: float = 300.0
+        self,
+        scratch: Path,
+        mirror: str | None = None,
+        insecure: list[str] | None = None,
+        timeout_s: float = 300.0,
     ) -> None:
+        self.scratch = scratch  # where layers are downloaded to, whole, before unpacking
         self.mirror = mirror
         self.insecure = set(insecure or [])
         self.timeout_s = timeout_s
@@ -204,12 +185,12 @@ class RegistrySource:
         return f"{'http' if plain else 'https'}://{host}"
 
     @contextmanager
-    def open(self, ref: str) -> Iterator[RegistryOpened]:
+    def open(self, ref: str) -> Iterator[OciOpened]:
         reference = Reference.parse(ref)
         client = RegistryClient(self.base_url(reference), self.timeout_s)
         try:
             manifest = self._manifest(client, reference, reference.reference, ref)
-            yield RegistryOpened(client, reference, manifest, ref)
+            yield OciOpened(RegistryBlobs(client, reference, self.scratch, ref), manifest, ref)
         except httpx.HTTPError as exc:
             raise ImageConversionError(
                 f"cannot reach the registry of {ref} ({client.base_url}): {exc}", image=ref

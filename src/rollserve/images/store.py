@@ -34,7 +34,10 @@ def default_sources(settings: Settings) -> Registry[ImageSource]:
         OciLayoutSource(),
         SifSource(settings.apptainer_binary),
         RegistrySource(
-            settings.registry_mirror, settings.registry_insecure, settings.registry_timeout_s
+            settings.image_cache / "tmp",
+            settings.registry_mirror,
+            settings.registry_insecure,
+            settings.registry_timeout_s,
         ),
         DirectorySource(),
     )
