@@ -95,6 +95,9 @@ def test_validate_the_row_and_its_classic_twin(instance: Instance, tmp_path: Pat
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "validating 2 tasks" in done.stdout
+    lines = done.stdout.splitlines()  # one line per task as soon as its checks are in
+    assert f"valid {INSTANCE}" in lines and f"valid {CLASSIC}" in lines
     report = json.loads((instance.tasks_dir / "validation.json").read_text())
     checks = {c["task_id"]: c for c in report["tasks"]}
     assert set(checks) == {INSTANCE, CLASSIC}

@@ -12,7 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rollserve.pipeline.validation import PatchCheck, read_tasks, validate_tasks, write_report
+from rollserve.pipeline.validation import (
+    PatchCheck,
+    TaskCheck,
+    read_tasks,
+    validate_tasks,
+    write_report,
+)
 from rollserve.settings import Settings
 from rollserve.tasks.swe_prepare import TaskReport, prepare_specs
 from rollserve.tasks.swebench_rows import DEFAULT_IMAGE_TEMPLATE, import_rows
@@ -112,7 +118,14 @@ def validate_cmd(
             run_workers=workers,
             eval_workers=workers,
         )
-        checks = asyncio.run(validate_tasks(listed, settings, gold_only=gold))
+        console = Console()
+        console.print(f"validating {len(listed)} tasks ({workers} at a time per stage)")
+
+        def done(check: TaskCheck) -> None:
+            mark = "[green]valid[/green]" if check.valid else "[red]invalid[/red]"
+            console.print(f"{mark} {check.task_id}" + (f": {check.reason}" if check.reason else ""))
+
+        checks = asyncio.run(validate_tasks(listed, settings, gold_only=gold, on_done=done))
     report = (tasks if tasks.is_dir() else tasks.parent) / "validation.json"
     write_report(report, checks, started)
     table = Table("task", "valid", "gold", "empty", "reason")
@@ -124,7 +137,6 @@ def validate_cmd(
             _reward(check.empty),
             (check.reason or "")[:300],
         )
-    console = Console()
     console.print(table)
     valid = sum(c.valid for c in checks)
     console.print(f"{valid}/{len(checks)} valid; report in {report}")

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +54,13 @@ def read_tasks(path: Path) -> list[Task]:
     return [Task.model_validate_json(line) for line in file.read_text().splitlines() if line]
 
 
-def _requests(task: Task, gold_only: bool) -> dict[str, JobRequest]:
+def _requests(task: Task, gold_only: bool, run: str) -> dict[str, JobRequest]:
     patches = {"gold": str(task.metadata["gold_patch"])}
     if not gold_only:
         patches["empty"] = ""
     return {
         which: JobRequest(
-            job_id=f"validate:{task.task_id}:{which}",
+            job_id=f"validate:{run}:{task.task_id}:{which}",
             task=task,
             agent=AgentConfig.model_validate({"name": "submit", "submission": patch}),
         )
@@ -79,17 +81,23 @@ def _check(record: JobRecord, expected: float) -> PatchCheck:
 
 
 async def validate_tasks(
-    tasks: list[Task], settings: Settings, *, gold_only: bool = False
+    tasks: list[Task],
+    settings: Settings,
+    *,
+    gold_only: bool = False,
+    on_done: Callable[[TaskCheck], None] | None = None,
 ) -> list[TaskCheck]:
-    """Run the checks of every task at once (the pipeline's pools bound the parallelism)."""
+    """Run the checks of every task at once (the pipeline's pools bound the parallelism);
+    ``on_done`` hears of each task as soon as its checks are in."""
     checks = {t.task_id: TaskCheck(task_id=t.task_id) for t in tasks}
+    run = secrets.token_hex(4)  # a fresh job id per run: a kept job store never answers stale
     wanted: dict[str, tuple[str, str, float]] = {}
     requests: list[JobRequest] = []
     for task in tasks:
         if not isinstance(task.metadata.get("gold_patch"), str):
             checks[task.task_id].reason = "no metadata.gold_patch to check"
             continue
-        for which, request in _requests(task, gold_only).items():
+        for which, request in _requests(task, gold_only, run).items():
             assert request.job_id is not None
             wanted[request.job_id] = (task.task_id, which, 1.0 if which == "gold" else 0.0)
             requests.append(request)
@@ -100,7 +108,10 @@ async def validate_tasks(
         while not record.status.terminal:
             record = await service.wait(job_id, _WAIT_S)
         task_id, which, expected = wanted[job_id]
-        setattr(checks[task_id], which, _check(record, expected))
+        check = checks[task_id]
+        setattr(check, which, _check(record, expected))
+        if on_done is not None and check.gold is not None and (gold_only or check.empty):
+            on_done(_verdict(check))
 
     await service.start()
     try:
@@ -113,13 +124,17 @@ async def validate_tasks(
         await asyncio.gather(*(settle(job_id) for job_id in wanted))
     finally:
         await service.stop()
-    for check in checks.values():
-        parts = [p for p in (check.gold, check.empty) if p is not None]
-        check.valid = check.reason is None and bool(parts) and all(p.ok for p in parts)
-        if not check.valid and check.reason is None:
-            bad = [p for p in parts if not p.ok]
-            check.reason = "; ".join(_why(p) for p in bad) or "not checked"
-    return [checks[t.task_id] for t in tasks]
+    return [_verdict(checks[t.task_id]) for t in tasks]
+
+
+def _verdict(check: TaskCheck) -> TaskCheck:
+    """Set ``valid`` (and the reason when it is not) from the checks that are in."""
+    parts = [p for p in (check.gold, check.empty) if p is not None]
+    check.valid = check.reason is None and bool(parts) and all(p.ok for p in parts)
+    if not check.valid and check.reason is None:
+        bad = [p for p in parts if not p.ok]
+        check.reason = "; ".join(_why(p) for p in bad) or "not checked"
+    return check
 
 
 def _why(check: PatchCheck) -> str:
