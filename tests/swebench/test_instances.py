@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rollserve.pipeline.validation import validate_tasks
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.testing.scripted import ScriptedLLMServer
@@ -184,3 +185,19 @@ async def test_a_test_patch_that_does_not_apply_names_the_task(
     [record] = await run_jobs(settings, [_submit(broken, "broken", "")])
     assert record.status.value == "failed" and record.error is not None, record.result
     assert CLASSIC in record.error["message"] and "test patch" in record.error["message"]
+
+
+async def test_validating_again_on_a_kept_store_checks_again(
+    instance: Instance, tmp_path: Path
+) -> None:
+    task = instance.task(CLASSIC)
+    settings = instance.settings(tmp_path)
+    [first] = await validate_tasks([task], settings, gold_only=True)
+    assert first.valid, first
+    broken = Task.model_validate(
+        {**task.model_dump(mode="json"), "metadata": {**task.metadata, "gold_patch": "nonsense"}}
+    )
+    [again] = await validate_tasks([broken], settings, gold_only=True)  # same job store
+    assert not again.valid
+    assert again.gold is not None and again.gold.reward == 0.0
+    assert "does not apply" in (again.reason or "")
