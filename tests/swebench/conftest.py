@@ -1,6 +1,7 @@
-"""A real SWE-bench row (pylint-dev__pylint-4551, shipped in examples/swebench) in an instance
-image the tests build themselves: the project's sdist at /testbed, its environment laid out as
-conda's, packed as an OCI archive; imported with ``tasks import swebench`` once per session."""
+"""The real rows shipped in examples/swebench (a SWE-bench Verified row, pylint-dev__pylint-4551,
+and a SWE-Gym row, dask__dask-9378) in instance images the tests build themselves: each
+project's sdist at /testbed, its environment laid out as conda's, packed as an OCI archive;
+imported with ``tasks import swebench`` once per session."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
 ROWS = EXAMPLES / "rows.jsonl"
 INSTANCE = "pylint-dev__pylint-4551"
 CLASSIC = f"{INSTANCE}-classic"  # the same row without the harness's columns
+SWE_GYM = "dask__dask-9378"  # a SWE-Gym row: a repository the harness does not know
 
 
 @dataclass
@@ -48,19 +50,24 @@ class Instance:
 def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
     base_rootfs = require_base_rootfs()
     tmp = tmp_path_factory.mktemp("swebench")
-    row = json.loads(ROWS.read_text().splitlines()[0])
-    image = build_instance_image(
-        row,
-        tmp / "instance.tar",
-        base_rootfs=base_rootfs,
-        work=tmp / "build",
-        recipe=load_recipe(EXAMPLES / "recipes.json", INSTANCE),
-    )
+    rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line]
+    recipes = EXAMPLES / "recipes.json"
+    for each in rows:
+        name = each["instance_id"]
+        build_instance_image(
+            each,
+            tmp / f"{name}.tar",
+            base_rootfs=base_rootfs,
+            work=tmp / "build" / name,
+            recipe=load_recipe(recipes, name),
+        )
+    [row] = [r for r in rows if r["instance_id"] == INSTANCE]
+    image = f"oci-archive:{tmp / INSTANCE}.tar"
     classic = {k: v for k, v in row.items() if k not in ("eval_script", "log_parser", "eval_type")}
-    classic["instance_id"] = CLASSIC
-    rows = tmp / "rows.jsonl"
-    rows.write_text(json.dumps(row) + "\n" + json.dumps(classic) + "\n")
-    reports = import_rows(rows, tmp / "tasks", image)
+    classic.update(instance_id=CLASSIC, image=image)
+    imported = tmp / "rows.jsonl"
+    imported.write_text("".join(json.dumps(r) + "\n" for r in [*rows, classic]))
+    reports = import_rows(imported, tmp / "tasks", f"oci-archive:{tmp}/{{instance_id}}.tar")
     assert all(r.valid for r in reports), reports
     return Instance(row=row, image=image, tasks_dir=tmp / "tasks", cache=tmp / "image-cache")
 

@@ -22,7 +22,7 @@ from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
 from tests.integration.conftest import Server
 from tests.leaks import mounts_under
-from tests.swebench.conftest import CLASSIC, INSTANCE, Instance, run_jobs
+from tests.swebench.conftest import CLASSIC, INSTANCE, SWE_GYM, Instance, run_jobs
 
 WRITER_TESTS = "tests/unittest_pyreverse_writer.py"
 
@@ -85,7 +85,7 @@ def test_a_scripted_agent_fixes_the_instance(
     assert report["tests_status"]["FAIL_TO_PASS"]["failure"] == []
 
 
-def test_validate_the_row_and_its_classic_twin(instance: Instance, tmp_path: Path) -> None:
+def test_validate_the_shipped_rows_and_a_classic_twin(instance: Instance, tmp_path: Path) -> None:
     env = {**os.environ, "ROLLSERVE_IMAGE_CACHE_DIR": str(instance.cache)}
     done = subprocess.run(
         [ROLLSERVE, "tasks", "validate", str(instance.tasks_dir), "--data-dir", str(tmp_path)],
@@ -96,22 +96,23 @@ def test_validate_the_row_and_its_classic_twin(instance: Instance, tmp_path: Pat
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "validating 2 tasks" in done.stdout
+    assert "validating 3 tasks" in done.stdout
     lines = done.stdout.splitlines()  # one line per task as soon as its checks are in
-    assert f"valid {INSTANCE}" in lines and f"valid {CLASSIC}" in lines
+    assert {f"valid {t}" for t in (INSTANCE, CLASSIC, SWE_GYM)} <= set(lines)
     report = json.loads((instance.tasks_dir / "validation.json").read_text())
     checks = {c["task_id"]: c for c in report["tasks"]}
-    assert set(checks) == {INSTANCE, CLASSIC}
+    assert set(checks) == {INSTANCE, CLASSIC, SWE_GYM}
     for check in checks.values():
         assert check["valid"], check
         assert (check["gold"]["reward"], check["empty"]["reward"]) == (1.0, 0.0)
     assert list((tmp_path / "sandboxes").iterdir()) == []
 
 
+@pytest.mark.parametrize("task_id", [CLASSIC, SWE_GYM])
 async def test_classic_rows_are_graded_by_pytest_and_say_so(
-    instance: Instance, tmp_path: Path
+    instance: Instance, tmp_path: Path, task_id: str
 ) -> None:
-    task = instance.task(CLASSIC)
+    task = instance.task(task_id)
     [gold] = await run_jobs(
         instance.settings(tmp_path), [_submit(task, "gold", task.metadata["gold_patch"])]
     )
