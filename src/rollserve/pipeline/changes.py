@@ -25,4 +25,5 @@ class Changes:
     async def wait(watched: asyncio.Event, timeout: float) -> None:
         """Until ``watched`` is set or ``timeout`` seconds pass."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watched.wait(), max(0.0, timeout))
+            async with asyncio.timeout(max(0.0, timeout)):  # not wait_for: see scheduler._next
+                await watched.wait()

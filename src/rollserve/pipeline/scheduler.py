@@ -147,8 +147,11 @@ class Scheduler:
                 )
                 if job is not None:
                     return job
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a worker hung
+            # when its cancellation (a stop) lands together with the timeout.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake[stage].wait(), _POLL_S)
+                async with asyncio.timeout(_POLL_S):
+                    await self._wake[stage].wait()
 
     def _room_to_init(self) -> bool:
         """Sandboxes held (running or made and waiting) and being made stay within the run
