@@ -123,9 +123,6 @@ class ImageCache:
                 found.append(image)
         return sorted(found, key=lambda i: i.last_used, reverse=True)
 
-    def total_bytes(self) -> int:
-        return sum(i.size_bytes for i in self.all())
-
     # -- conversion ------------------------------------------------------------------------------
 
     @contextlib.contextmanager

@@ -146,7 +146,8 @@ class SandboxManager:
                 await lay_out(source, workspace, scratch, self.settings.image_workspace)
             else:
                 guest = None
-                await copy_template(template, workspace)
+                if template is not None:  # a private copy, reflinked where the fs can
+                    await copy_tree(template, workspace)
             launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
             sandbox = SandboxInstance(
                 record=record,
@@ -236,10 +237,3 @@ def _check_template(template: Path | None) -> Path | None:
             f"workspace template {template} is not a directory", template=str(template)
         )
     return template.resolve()
-
-
-async def copy_template(template: Path | None, workspace: Path) -> None:
-    """The private writable workspace (made empty by ``_make``): a copy of the template
-    (reflinked where the filesystem can)."""
-    if template is not None:
-        await copy_tree(template, workspace)
