@@ -5,7 +5,8 @@ inference server (the very module TRL trains, under uvicorn in a background thre
 that server with rollserve as a ``vllm`` backend in token mode, and trains on ``keyword``
 episodes (reward: the share of target characters in the reply) that rollserve runs with the
 tool agent. After each optimizer step it re-registers the backend with ``policy_version``
-``step-N``. Generation and the optimizer step never overlap: one lock guards the weights.
+``N`` (the optimizer step). Generation and the optimizer step never overlap: one lock
+guards the weights.
 
     pip install -e '.[llm,train]'
     python examples/train_grpo_trl.py --steps 3            # starts its own `rollserve serve`
@@ -141,7 +142,7 @@ class PolicySync(TrainerCallback):
         self.lock.release()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        version = f"step-{state.global_step}"
+        version = state.global_step
         self.client.register_backend(self.spec.model_copy(update={"policy_version": version}))
         now = time.monotonic()  # a step: its rollouts, the update and the re-registration
         self.seconds.append(now - self.started)
@@ -169,7 +170,7 @@ def train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             url=policy_url,
             model=MODEL,
             tokenizer=str(model_dir),
-            policy_version="step-0",
+            policy_version=0,
         )
         client.register_backend(spec)
         rows = [{"prompt": p, "keywords": k} for p, k in PROMPTS]
@@ -226,7 +227,8 @@ def train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "rewards": [call.rewards for call in rollout.calls],
         "mean_reward": [sum(c.rewards) / len(c.rewards) for c in rollout.calls],
         "policy_versions": [
-            sorted({v or "" for turns in c.policy_versions for v in turns}) for c in rollout.calls
+            sorted({v for turns in c.policy_versions for v in turns if v is not None})
+            for c in rollout.calls
         ],
         "turns": [c.turns for c in rollout.calls],
         "job_ids": [job for c in rollout.calls for job in c.job_ids],

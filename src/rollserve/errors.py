@@ -151,6 +151,14 @@ class LeaseLostError(RollserveError):
     http_status = 409
 
 
+class StaleRolloutError(RollserveError):
+    """A rollout would exceed its job's bound on policy staleness: the job ends ``stale``,
+    unevaluated, for the trainer to drop or resubmit."""
+
+    code = "stale"
+    http_status = 409
+
+
 # --- infrastructure failures: retried, never turned into a reward -----------------------------
 
 

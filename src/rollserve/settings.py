@@ -98,6 +98,9 @@ class Settings(BaseSettings):
     )
     llm_drain_s: float = Field(60.0, ge=0, description="a removed backend's requests may finish")
     llm_failover_attempts: int = Field(3, ge=1, description="backends one turn may try")
+    llm_abort_resumes: int = Field(
+        10, ge=0, description="times one turn's aborted generation is resumed before it fails"
+    )
     result_retention_s: float = Field(7 * 24 * 3600.0, gt=0)
     ci: bool = Field(
         False,

@@ -88,7 +88,7 @@ def test_demo_fast_runs_the_main_job(data_dir: Path) -> None:
         assert len(tokens.response_ids) == len(tokens.response_mask)
         assert len(tokens.response_ids) == len(tokens.response_logprobs)
         assert sum(tokens.response_mask) == sum(t.generated_tokens for t in tokens.turns) > 0
-        assert all(t.policy_version == "step-0" for t in tokens.turns)
+        assert all(t.policy_version == 0 for t in tokens.turns)
     # Multi-turn: the observations between the turns are template tokens, masked out.
     assert any(0 in v.result.tokens.response_mask for v in views if v.result and v.result.tokens)
     state = data_dir / "service" / "sandboxes"  # the service's sandbox state: it made some

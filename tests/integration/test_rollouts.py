@@ -43,7 +43,7 @@ def test_text_mode_math_rollout(
         ScriptedLLMServer(_SOLVE, native_tool_calls=native) as llm,
         httpx.Client(base_url=server.url, timeout=60) as http,
     ):
-        _register(http, id="s", kind=kind, url=llm.url, model="scripted", policy_version="p7")
+        _register(http, id="s", kind=kind, url=llm.url, model="scripted", policy_version=7)
         job = http.post("/v1/jobs", json={"task": _MATH, "model": "scripted"}).json()
         done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}).json()
         assert done["status"] == "completed", done
@@ -114,7 +114,7 @@ def test_token_mode_math_rollout_with_the_tiny_model(
             url=llm.url,
             model="tiny",
             tokenizer=str(tiny_model),
-            policy_version="step-3",
+            policy_version=3,
         )
         request = {
             "task": _MATH,
@@ -133,7 +133,7 @@ def test_token_mode_math_rollout_with_the_tiny_model(
         assert len(tokens["response_ids"]) == len(tokens["response_mask"])
         assert len(tokens["response_ids"]) == len(tokens["response_logprobs"])
         assert [(t["backend_id"], t["policy_version"]) for t in tokens["turns"]] == [
-            ("tiny", "step-3")
+            ("tiny", 3)
         ] * 3
         assert done["timing"]["run_s"] > 0 and done["timing"]["eval_s"] > 0
 

@@ -39,8 +39,8 @@ def job(
         response_mask=list(mask),
         response_logprobs=[-0.5 if m else 0.0 for m in mask],
         turns=[
-            TurnInfo(backend_id="b", model="m", policy_version="step-0", finish_reason="stop"),
-            TurnInfo(backend_id="b", model="m", policy_version="step-1", finish_reason="stop"),
+            TurnInfo(backend_id="b", model="m", policy_version=0, finish_reason="stop"),
+            TurnInfo(backend_id="b", model="m", policy_version=1, finish_reason="stop"),
         ],
     )
     result = RolloutResult(
@@ -86,7 +86,7 @@ def test_batch_groups_drops_uniform_groups_and_broadcasts_advantages() -> None:
     assert first.response_ids == [10, 11, 12, 13, 14]
     assert first.response_mask == [1, 1, 0, 0, 1]
     assert first.response_logprobs == [-0.5, -0.5, 0.0, 0.0, -0.5]
-    assert first.policy_versions == ["step-0", "step-1"]
+    assert first.policy_versions == [0, 1]
     columns = batch.columns()
     assert columns["job_id"] == ["a0", "a1"]
     assert columns["reward"] == [1.0, 0.0]

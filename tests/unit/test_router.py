@@ -120,7 +120,7 @@ async def test_least_in_flight_sends_new_trajectories_to_the_idle_backend(
     # Even though the idle backend has served more, it has nothing in flight: it wins.
     for i in range(5):
         _, backend = await router.session(f"n{i}", "m").call(ident)
-        assert backend.view.id != busy
+        assert backend.id != busy
     slow.set()
     await first
 
@@ -190,7 +190,7 @@ async def test_a_trajectory_sticks_to_its_backend(make_router: MakeRouter) -> No
     await router.register(spec("a"))
     session = router.session("t", "m")
     _, first = await session.call(ident)
-    assert first.view.id == "a"
+    assert first.id == "a"
     release = asyncio.Event()
     others = [
         asyncio.create_task(router.session(f"o{i}", "m").call(held(release))) for i in range(3)
@@ -199,10 +199,10 @@ async def test_a_trajectory_sticks_to_its_backend(make_router: MakeRouter) -> No
     await router.register(spec("b"))
     # A new trajectory goes to the idle backend; this one stays where its prefix is cached.
     _, fresh = await router.session("new", "m").call(ident)
-    assert fresh.view.id == "b"
+    assert fresh.id == "b"
     for _ in range(3):
         _, backend = await session.call(ident)
-        assert backend.view.id == "a"
+        assert backend.id == "a"
     assert session.backend is not None
     assert session.backend.id == "a"
     release.set()
@@ -214,13 +214,13 @@ async def test_a_trajectory_leaves_its_backend_at_its_cap(make_router: MakeRoute
     await router.register(spec("a", max_concurrency=1))
     session = router.session("t", "m")
     _, first = await session.call(ident)
-    assert first.view.id == "a"
+    assert first.id == "a"
     release = asyncio.Event()
     busy = asyncio.create_task(router.session("o", "m").call(held(release)))
     await until(lambda: view(router, "a").in_flight == 1)
     await router.register(spec("b"))
     _, moved = await session.call(ident)
-    assert moved.view.id == "b"
+    assert moved.id == "b"
     release.set()
     await busy
 
@@ -233,13 +233,13 @@ async def test_failover_ejects_the_failing_backend(
     await router.register(spec("b"))
     session = router.session("t", "m")
     _, first = await session.call(chat)
-    assert first.view.id == "a"
+    assert first.id == "a"
     dead = factory.latest("a")
     dead.failing = True
     dead.healthy = False
     result, backend = await session.call(chat)
     assert result == "b"
-    assert backend.view.id == "b"
+    assert backend.id == "b"
     a = view(router, "a")
     assert not a.healthy
     assert a.failures == 1
@@ -290,11 +290,11 @@ async def test_health_checks_eject_and_readmit(
     assert "connection refused" in (view(router, "a").last_error or "")
     for i in range(4):
         _, backend = await router.session(f"s{i}", "m").call(ident)
-        assert backend.view.id == "b"
+        assert backend.id == "b"
     factory.latest("a").healthy = True
     await until(lambda: view(router, "a").healthy)
     _, backend = await router.session("after", "m").call(ident)
-    assert backend.view.id == "a"  # fewest served among the equally idle
+    assert backend.id == "a"  # fewest served among the equally idle
 
 
 async def test_a_call_waits_while_every_backend_is_at_its_cap(make_router: MakeRouter) -> None:
@@ -354,7 +354,7 @@ async def test_removal_drains_then_closes(
     assert view(router, "a").draining
     old = factory.latest("a")
     _, moved = await session.call(ident)
-    assert moved.view.id == "b"
+    assert moved.id == "b"
     assert not old.closed
     release.set()
     assert (await in_flight)[0] == "a"  # the call in flight finished on the removed backend
@@ -382,24 +382,24 @@ async def test_reregistration_replaces_the_backend(
     make_router: MakeRouter, factory: FakeLLMFactory, store: SqliteJobStore
 ) -> None:
     router = await make_router()
-    await router.register(spec("a", policy_version="v1"))
+    await router.register(spec("a", policy_version=1))
     session = router.session("t", "m")
     release = asyncio.Event()
     old_call = asyncio.create_task(session.call(held(release)))
     await until(lambda: view(router, "a").in_flight == 1)
     old = factory.latest("a")
-    registered = await router.register(spec("a", policy_version="v2"))
-    assert registered.policy_version == "v2"
+    registered = await router.register(spec("a", policy_version=2))
+    assert registered.policy_version == 2
     new = factory.latest("a")
     assert new is not old
     _, backend = await router.session("n", "m").call(ident)
-    assert backend is new
-    assert [(v.id, v.policy_version) for v in router.views()] == [("a", "v2")]
-    assert store.load_backends()[0]["policy_version"] == "v2"
+    assert backend.policy_version == 2  # served by the new registration
+    assert [(v.id, v.policy_version) for v in router.views()] == [("a", 2)]
+    assert store.load_backends()[0]["policy_version"] == 2
     assert not old.closed
     release.set()
     _, served_by = await old_call
-    assert served_by is old
+    assert served_by.policy_version == 1  # the version it was sent to
     await until(lambda: old.closed)
     assert not new.closed
 
@@ -424,7 +424,7 @@ async def test_registrations_survive_a_restart(
     settings = Settings(data_dir=tmp_path / "data", llm_health_interval_s=3600.0)
     first = Router(settings, store, kinds(factory))
     await first.start()
-    await first.register(spec("a", max_concurrency=4, policy_version="v7"))
+    await first.register(spec("a", max_concurrency=4, policy_version=7))
     await first.register(spec(None, model="m2"))
     await first.session("s", "m").call(ident)
     await first.stop()
@@ -437,7 +437,7 @@ async def test_registrations_survive_a_restart(
         views = {v.model: v for v in second.views()}
         assert views["m"].id == "a"
         assert views["m"].max_concurrency == 4
-        assert views["m"].policy_version == "v7"
+        assert views["m"].policy_version == 7
         assert views["m"].served == 0  # live state is not stored
         assert views["m2"].url == "http://anon.test:8000/v1"
         result, _ = await second.session("s", "m2").call(ident)

@@ -24,8 +24,8 @@ def finished(job_id: str, group: str | None, reward: float, *, tokens: bool = Tr
         response_mask=[1, 1, 0, 1],
         response_logprobs=[-0.25, -1.5, 0.0, -0.125],
         turns=[
-            TurnInfo(backend_id="b", model="m", policy_version="step-0", finish_reason="stop"),
-            TurnInfo(backend_id="b", model="m", policy_version="step-1", finish_reason="stop"),
+            TurnInfo(backend_id="b", model="m", policy_version=0, finish_reason="stop"),
+            TurnInfo(backend_id="b", model="m", policy_version=1, finish_reason="stop"),
         ],
     )
     messages = [
@@ -83,7 +83,7 @@ def test_round_trip(tmp_path: Path) -> None:
         "reward_score": 1.0,
         "num_turns": 4,  # user, assistant, tool, assistant: veRL counts chat turns
         "exit_reason": "submitted",
-        "policy_versions": ["step-0", "step-1"],
+        "policy_versions": [0, 1],
     }
     assert [r["uid"] for r in rows] == ["g", "g", "j3"]  # no group: the job is its own group
     assert [r["reward_score"] for r in rows] == [1.0, 0.25, 0.5]

@@ -36,6 +36,7 @@ class RunContext:
             turns=self.turns,
             tokens=self.tokens.model_dump() if self.tokens is not None else None,
             tool_errors=self.tool_errors,
+            policy_versions=list(self.llm.versions) if self.llm is not None else [],
         )
 
 

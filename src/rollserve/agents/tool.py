@@ -17,7 +17,7 @@ from rollserve.llm.session import ModelSession
 from rollserve.llm.toolcalls import ParsedTurn, ToolCall, ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, ExitReason
+from rollserve.schema.jobs import AgentConfig, ExitReason, Sampling
 from rollserve.schema.tokens import Tokens, TurnInfo
 from rollserve.tasks.base import RunOutput
 
@@ -102,18 +102,12 @@ class _Episode:
         if llm.token_mode:
             assert llm.template is not None
             prompt = llm.template.prompt_ids(context.messages, self.tools)
-            context.tokens = Tokens(prompt_ids=prompt)
+            context.tokens = Tokens(prompt_ids=prompt, logprob_mode=llm.logprob_mode)
 
     def sampling(self, max_tokens: int) -> SamplingParams:
-        given = self.context.request.sampling
+        given = (self.context.request.sampling or Sampling()).model_dump(exclude={"max_tokens"})
         stops = self.llm.template.stop_ids if self.llm.template else ()
-        return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=given.temperature if given else 1.0,
-            top_p=given.top_p if given else 1.0,
-            seed=given.seed if given else None,
-            stop_token_ids=stops,
-        )
+        return SamplingParams(max_tokens=max_tokens, stop_token_ids=stops, **given)
 
     async def play(self, toolbox: Toolbox) -> RunOutput:
         context = self.context
@@ -126,8 +120,9 @@ class _Episode:
             context.messages.append(_assistant(parsed))
             if info.truncated:
                 return context.output(ExitReason.MAX_TOKENS)
-            final = not parsed.calls and not parsed.errors and info.finish_reason != "length"
-            if final and self.own.end_without_tool_call:  # a reply cut short is not an answer
+            ended = info.finish_reason in ("stop", "tool_calls")  # not cut short: an answer
+            final = not parsed.calls and not parsed.errors and ended
+            if final and self.own.end_without_tool_call:
                 return context.output(ExitReason.SUBMITTED)
             observations, submitted = await self.act(toolbox, parsed)
             if submitted:

@@ -29,13 +29,12 @@ from rollserve.pipeline.stages import StageRunner, validate
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.backends import BackendSpec
-from rollserve.schema.jobs import JobRequest
+from rollserve.schema.jobs import TERMINAL, JobRequest
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, SqliteJobStore
 from rollserve.testing.pipeline import EchoHandler, ScriptAgent
 
 MODEL = "bench-model"
-_TERMINAL = frozenset({"completed", "failed", "cancelled"})
 
 
 def echo_job(
@@ -125,7 +124,10 @@ class Rig:
         plugins.agents.register(ScriptAgent.name, ScriptAgent())
         self.plugins = plugins
         self.runner = StageRunner(
-            self.settings, self.sandboxes, plugins, Models(self.router, TemplateCache())
+            self.settings,
+            self.sandboxes,
+            plugins,
+            Models(self.router, TemplateCache(), self.settings.llm_abort_resumes),
         )
         self.scheduler: Scheduler | None = None
 
@@ -201,7 +203,7 @@ class Rig:
         while True:
             watched = changes.watch()
             counts = await asyncio.to_thread(self.store.counts)
-            unfinished = sum(n for status, n in counts.items() if status not in _TERMINAL)
+            unfinished = sum(n for status, n in counts.items() if status not in TERMINAL)
             if unfinished == 0:
                 break
             if time.monotonic() >= end:

@@ -16,10 +16,9 @@ from rich.console import Group
 from rich.table import Column, Table
 from rich.text import Text
 
-from rollserve.schema.jobs import JobView
+from rollserve.schema.jobs import TERMINAL, JobStatus, JobView
 
-STATUSES = ("queued", "initializing", "running", "evaluating", "completed", "failed", "cancelled")
-TERMINAL = frozenset(("completed", "failed", "cancelled"))
+STATUSES = tuple(status.value for status in JobStatus)
 _STYLE = MappingProxyType(
     {
         "queued": "dim",
@@ -29,6 +28,7 @@ _STYLE = MappingProxyType(
         "completed": "green",
         "failed": "red",
         "cancelled": "red",
+        "stale": "red",
     }
 )
 

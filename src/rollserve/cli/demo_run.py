@@ -205,7 +205,7 @@ class DemoRun:
             model=self.model.name,
             tokenizer=str(tokenizer),
             max_model_len=context,
-            policy_version="step-0",
+            policy_version=0,
         )
         with self.console.status("registering the backend (rollserve checks it end to end)"):
             view = await asyncio.to_thread(_register, url, spec)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from rollserve.client import RolloutClient
 from rollserve.errors import InvalidInputError
-from rollserve.schema.jobs import JobRequest
+from rollserve.schema.jobs import TERMINAL, JobRequest, JobStatus
 
 
 def read_jobs(path: Path) -> list[JobRequest]:
@@ -35,8 +35,7 @@ def read_jobs(path: Path) -> list[JobRequest]:
     return jobs
 
 
-_STATUSES = ("queued", "initializing", "running", "evaluating", "completed", "failed", "cancelled")
-_TERMINAL = ("completed", "failed", "cancelled")
+_STATUSES = tuple(status.value for status in JobStatus)
 
 
 def _progress(server: Counter[str], mine: Counter[str], total: int) -> Table:
@@ -65,7 +64,7 @@ def submit(
         return 0
     finished: dict[str, dict[str, Any]] = {}
     for known in accepted:  # resubmitted jobs that had already finished before the cursor
-        if known.status in _TERMINAL:
+        if known.status in TERMINAL:
             finished[known.job_id] = client.get(known.job_id).model_dump(mode="json")
     pending = set(ids) - set(finished)
     with Live(console=console, refresh_per_second=4) as live:

@@ -43,7 +43,7 @@ class GrpoSample(BaseModel):
     response_mask: list[int]
     response_logprobs: list[float]
     token_advantages: list[float] = Field(description="the advantage where the mask is 1, else 0")
-    policy_versions: list[str | None] = Field(description="the policy version of each turn")
+    policy_versions: list[int | None] = Field(description="the policy version of each turn")
 
 
 class GrpoGroup(BaseModel):

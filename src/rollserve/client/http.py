@@ -12,9 +12,8 @@ import httpx
 from rollserve.errors import RemoteError
 from rollserve.schema.api import Accepted, BatchAccepted, GroupCancelled, ResultsPage
 from rollserve.schema.backends import BackendSpec, BackendView
-from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.schema.jobs import TERMINAL, JobRequest, JobView
 
-_TERMINAL = {"completed", "failed", "cancelled"}
 _LONG_POLL_S = 30.0
 
 
@@ -43,7 +42,7 @@ def _poll_for(end: float | None) -> float:
 
 def _settled(job: JobView, end: float | None) -> bool:
     """Whether waiting for ``job`` is over: it finished, or the deadline passed."""
-    return job.status in _TERMINAL or (end is not None and time.monotonic() >= end)
+    return job.status in TERMINAL or (end is not None and time.monotonic() >= end)
 
 
 def _headers(token: str | None) -> dict[str, str]:

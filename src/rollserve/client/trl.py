@@ -41,7 +41,7 @@ class RolloutCall(BaseModel):
     job_ids: list[str]
     group_ids: list[str]
     rewards: list[float]
-    policy_versions: list[list[str | None]] = Field(description="each sample's per-turn versions")
+    policy_versions: list[list[int | None]] = Field(description="each sample's per-turn versions")
     turns: list[int]
     seconds: float = Field(description="from submitting the jobs to the last one finished")
 
@@ -113,7 +113,7 @@ class RollserveRollout:
             "rollserve_reward": [],
             "rollserve_job_id": [],
         }
-        versions: list[list[str | None]] = []
+        versions: list[list[int | None]] = []
         turns: list[int] = []
         for job in jobs:
             result = _completed(job)

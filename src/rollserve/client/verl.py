@@ -113,7 +113,7 @@ def _schema(pa: Any) -> Any:
             ("reward_score", pa.float64()),
             ("num_turns", pa.int64()),
             ("exit_reason", pa.string()),
-            ("policy_versions", pa.list_(pa.string())),
+            ("policy_versions", pa.list_(pa.int64())),
         ]
     )
 

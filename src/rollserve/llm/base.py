@@ -3,7 +3,7 @@ that generates either from token ids (token mode) or from chat messages (text mo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from rollserve.schema.backends import BackendView
@@ -11,13 +11,33 @@ from rollserve.schema.backends import BackendView
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """What a turn asks of the backend; ``max_tokens`` is already cut to the context budget."""
+    """What a turn asks of the backend; ``max_tokens`` is already cut to the context budget.
+    Every field is sent (neutral values included), so the server's defaults never apply."""
 
     max_tokens: int
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = -1
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The sampling fields as recorded with a turn (the stop ids are the template's)."""
+        values = asdict(self)
+        del values["stop_token_ids"]
+        return values
+
+
+# How a token-mode generation ended: ``stop`` (an end or stop token: the turn is complete),
+# ``length`` (its max_tokens), ``repetition`` (the server cut a repetition loop: vLLM 0.34),
+# ``abort`` (cut before its end, e.g. a weight update: resumed from the tokens it has).
+FINISH_REASONS = frozenset({"stop", "length", "repetition", "abort"})
+
+LOGPROB_FLOOR = -9999.0  # vLLM's floor for -inf (JSON has none); also stands for a null entry
 
 
 @dataclass
@@ -26,7 +46,8 @@ class TokenCompletion:
 
     token_ids: list[int]
     logprobs: list[float]
-    finish_reason: str  # "stop" (an end/stop token or string) or "length"
+    finish_reason: str  # one of FINISH_REASONS
+    weight_version: str | None = None  # what the server reported (SGLang's meta_info)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from rollserve.errors import (
 from rollserve.llm.base import ChatCompletion, SamplingParams
 from rollserve.llm.templates import TemplateCache
 from rollserve.schema.backends import BackendView
+from rollserve.schema.tokens import LogprobMode
 from rollserve.settings import Settings
 
 
@@ -25,8 +26,20 @@ class HttpBackend:
     kinds. Subclasses set ``supports_tokens``."""
 
     supports_tokens = False
+    default_logprob_mode: LogprobMode | None = None
+    context_headroom = 0  # tokens the server needs beyond prompt + generation
+    # The sampling fields a chat request carries: OpenAI's own; vLLM and SGLang take them all.
+    chat_fields: tuple[str, ...] = (
+        "temperature",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+    )
 
     def __init__(self, view: BackendView, settings: Settings, templates: TemplateCache) -> None:
+        if view.logprob_mode is None and self.default_logprob_mode is not None:
+            view = view.model_copy(update={"logprob_mode": self.default_logprob_mode})
         self.view = view
         self.templates = templates
         self._http = httpx.AsyncClient(
@@ -100,6 +113,8 @@ class HttpBackend:
                 + ", ".join(str(s) for s in served),
                 field="model",
             )
+        card = next(m for m in listing["data"] if m.get("id") == self.view.model)
+        self.view = self.view.model_copy(update={"context_limit": self._context(card)})
         if self.view.tokenizer is not None:
             if not self.supports_tokens:
                 raise InvalidInputError(
@@ -108,9 +123,26 @@ class HttpBackend:
                 )
             self.templates.get(self.view.tokenizer)
             await self.probe_tokens()
+        self.view = self.view.model_copy(update={"warnings": await self.warnings()})
+
+    def _context(self, card: dict[str, Any]) -> int | None:
+        """The tokens a trajectory may reach: the context length the server reports (both
+        vLLM and SGLang list ``max_model_len``), else the registration's, else the
+        tokenizer's; a registered ``max_model_len`` below the served one caps it; less the
+        server's headroom."""
+        served = card.get("max_model_len")
+        limits = [n for n in (served, self.view.max_model_len) if isinstance(n, int) and n > 0]
+        if not limits and self.view.tokenizer is not None:
+            length = self.templates.get(self.view.tokenizer).max_length
+            limits = [length] if length else []
+        return min(limits) - self.context_headroom if limits else None
 
     async def probe_tokens(self) -> None:
         """Check that the server generates from token ids (the kind's protocol)."""
+
+    async def warnings(self) -> list[str]:
+        """What registration found that limits the backend without making it unusable."""
+        return []
 
     async def chat(
         self,
@@ -118,17 +150,15 @@ class HttpBackend:
         tools: list[dict[str, Any]] | None,
         sampling: SamplingParams,
     ) -> ChatCompletion:
+        fields = sampling.fields()
         body: dict[str, Any] = {
             "model": self.view.model,
             "messages": messages,
             "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
+            **{name: fields[name] for name in self.chat_fields if fields[name] is not None},
         }
         if tools:
             body["tools"] = tools
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
         answer = await self.request("POST", f"{self.view.url}/chat/completions", body)
         try:
             choice = answer["choices"][0]

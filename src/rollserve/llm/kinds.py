@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollserve.errors import BackendRequestError, InvalidInputError, RollserveError
-from rollserve.llm.base import LLMBackend, SamplingParams, TokenCompletion
+from rollserve.errors import (
+    BackendRequestError,
+    BackendUnavailableError,
+    InvalidInputError,
+    RollserveError,
+)
+from rollserve.llm.base import (
+    FINISH_REASONS,
+    LOGPROB_FLOOR,
+    LLMBackend,
+    SamplingParams,
+    TokenCompletion,
+)
 from rollserve.llm.http import HttpBackend
 from rollserve.llm.router import BackendFactory
 from rollserve.llm.templates import TemplateCache
@@ -14,11 +25,25 @@ from rollserve.registry import Registry
 from rollserve.schema.backends import BackendView
 from rollserve.settings import Settings
 
+_ALL_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+)
+
 
 class VllmBackend(HttpBackend):
-    """A vLLM OpenAI-compatible server."""
+    """A vLLM OpenAI-compatible server. Its logprobs are raw (before temperature) unless it was
+    started with ``--logprobs-mode processed_logprobs``."""
 
     supports_tokens = True
+    default_logprob_mode = "raw"
+    chat_fields = _ALL_FIELDS
 
     async def complete_tokens(
         self, prompt_ids: list[int], sampling: SamplingParams
@@ -26,72 +51,108 @@ class VllmBackend(HttpBackend):
         body: dict[str, Any] = {
             "model": self.view.model,
             "prompt": prompt_ids,
-            "max_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
+            **sampling.fields(),
+            "stop_token_ids": list(sampling.stop_token_ids),
             "logprobs": 1,
             "return_token_ids": True,
+            "return_weight_versions": True,
             "skip_special_tokens": False,
         }
-        if sampling.seed is not None:
-            body["seed"] = sampling.seed
-        if sampling.stop_token_ids:
-            body["stop_token_ids"] = list(sampling.stop_token_ids)
         answer = await self.request("POST", f"{self.view.url}/completions", body)
         try:
             choice = answer["choices"][0]
-            ids = [int(i) for i in choice["token_ids"]]
-            logprobs = [float(x) for x in choice["logprobs"]["token_logprobs"]]
-            finish = str(choice.get("finish_reason") or "stop")
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            finish = choice.get("finish_reason")
+            token_ids = choice.get("token_ids")
+            if token_ids is None and finish != "abort":
+                raise KeyError("token_ids")
+            ids = [int(i) for i in token_ids or []]
+            entries = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            logprobs = [LOGPROB_FLOOR if x is None else float(x) for x in entries]
+            spans = choice.get("weight_versions") or []  # vLLM 0.34 with return_weight_versions
+            version = spans[-1].get("version") if spans else None
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendRequestError(
                 f"backend {self.view.id}: no token_ids/logprobs in its completion (is it a vLLM "
                 f"server that supports return_token_ids?): {str(answer)[:300]}",
                 backend_id=self.view.id,
             ) from exc
-        return _checked(self.view.id, ids, logprobs, finish)
+        done = _checked(self.view.id, ids, logprobs, _finish(self.view.id, finish))
+        done.weight_version = None if version is None else str(version)
+        return done
 
     async def probe_tokens(self) -> None:
         await _probe(self, "POST /completions with a token-id prompt and return_token_ids")
 
 
 class SglangBackend(HttpBackend):
-    """An SGLang server: token mode through its native ``/generate``."""
+    """An SGLang server: token mode through its native ``/generate``. It refuses a request
+    whose prompt plus ``max_new_tokens`` reaches the context length, hence one token of
+    headroom; its logprobs are after temperature unless started with
+    ``SGLANG_RETURN_ORIGINAL_LOGPROB=1``."""
 
     supports_tokens = True
+    default_logprob_mode = "processed"
+    context_headroom = 1
+    chat_fields = _ALL_FIELDS
 
     async def complete_tokens(
         self, prompt_ids: list[int], sampling: SamplingParams
     ) -> TokenCompletion:
+        fields = sampling.fields()
         params: dict[str, Any] = {
-            "max_new_tokens": sampling.max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
+            "max_new_tokens": fields.pop("max_tokens"),
+            "sampling_seed": fields.pop("seed"),
+            **fields,
+            "stop_token_ids": list(sampling.stop_token_ids),
             "skip_special_tokens": False,
         }
-        if sampling.seed is not None:
-            params["sampling_seed"] = sampling.seed
-        if sampling.stop_token_ids:
-            params["stop_token_ids"] = list(sampling.stop_token_ids)
         body = {"input_ids": prompt_ids, "sampling_params": params, "return_logprob": True}
         answer = await self.request("POST", f"{self.root}/generate", body)
         try:
             meta = answer["meta_info"]
-            pairs = meta["output_token_logprobs"]
-            ids = [int(i) for i in answer.get("output_ids") or [p[1] for p in pairs]]
-            logprobs = [float(p[0]) for p in pairs]
-            reason = meta.get("finish_reason") or {}
-            finish = str(reason.get("type") if isinstance(reason, dict) else reason) or "stop"
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            reason = meta.get("finish_reason")
+            finish = reason.get("type") if isinstance(reason, dict) else reason
+            pairs = meta.get("output_token_logprobs")
+            if pairs is None and finish != "abort":
+                raise KeyError("output_token_logprobs")
+            # The ids come from the logprobs: up to SGLang 0.5.4, output_ids starts with up to
+            # five prompt tokens.
+            ids = [int(p[1]) for p in pairs or []]
+            logprobs = [LOGPROB_FLOOR if p[0] is None else float(p[0]) for p in pairs or []]
+            version = meta.get("weight_version")
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendRequestError(
                 f"backend {self.view.id}: no output ids/logprobs in its /generate answer: "
                 f"{str(answer)[:300]}",
                 backend_id=self.view.id,
             ) from exc
-        return _checked(self.view.id, ids, logprobs, "length" if finish == "length" else "stop")
+        done = _checked(self.view.id, ids, logprobs, _finish(self.view.id, finish))
+        done.weight_version = None if version is None else str(version)
+        return done
 
     async def probe_tokens(self) -> None:
         await _probe(self, "POST /generate with input_ids")
+
+    async def warnings(self) -> list[str]:
+        """Seeds: SGLang honours ``sampling_seed`` only in deterministic mode."""
+        info: Any = None
+        for route in ("/server_info", "/get_server_info"):  # the second before SGLang 0.5.x
+            try:
+                info = await self.request("GET", f"{self.root}{route}")
+                break
+            except RollserveError as exc:
+                problem = exc.message[:200]
+        if info is None:
+            return [
+                f"cannot tell whether sampling seeds are honoured (GET /server_info: {problem});"
+                " SGLang ignores them unless started with --enable-deterministic-inference"
+            ]
+        if isinstance(info, dict) and info.get("enable_deterministic_inference"):
+            return []
+        return [
+            "sampling seeds are not honoured: this SGLang server was not started with "
+            "--enable-deterministic-inference, so a sample cannot be reproduced from its seed"
+        ]
 
 
 class OpenAIBackend(HttpBackend):
@@ -101,6 +162,20 @@ class OpenAIBackend(HttpBackend):
         self, prompt_ids: list[int], sampling: SamplingParams
     ) -> TokenCompletion:
         raise InvalidInputError(f"backend {self.view.id} (openai) has no token mode")
+
+
+def _finish(backend_id: str, reported: Any) -> str:
+    """The finish reason as rollserve handles it; ``error`` (vLLM 0.34) is a failure of the
+    server, retried elsewhere; anything unknown is refused, never taken for an ending."""
+    if reported in FINISH_REASONS:
+        return str(reported)
+    if reported == "error":
+        raise BackendUnavailableError(
+            f"backend {backend_id}: the generation ended in an error", backend_id=backend_id
+        )
+    raise BackendRequestError(
+        f"backend {backend_id}: unknown finish reason {reported!r}", backend_id=backend_id
+    )
 
 
 def _checked(

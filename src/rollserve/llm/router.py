@@ -15,11 +15,19 @@ from rollserve.errors import (
     BackendUnavailableError,
     InvalidInputError,
     RollserveError,
+    StaleRolloutError,
 )
 from rollserve.llm.base import LLMBackend
 from rollserve.llm.health import BackendState, Signal, check_health
+from rollserve.llm.pause import PauseAborted, Pauses
 from rollserve.registry import Registry
-from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.backends import (
+    BackendSpec,
+    BackendView,
+    ModelState,
+    PauseRequest,
+    ResumeRequest,
+)
 from rollserve.settings import Settings
 from rollserve.storage.base import BackendStore
 
@@ -46,6 +54,7 @@ class Router:
         self._tasks: set[asyncio.Task[None]] = set()  # drain-then-close
         self._health: asyncio.Task[None] | None = None
         self._changed = Signal()
+        self.pauses = Pauses()
 
     async def start(self) -> None:
         """Build the stored registrations (the health loop decides whether they answer) and
@@ -85,6 +94,7 @@ class Router:
         try:
             self._check_agreement(view, backend)
             await backend.verify()
+            view = backend.view  # with what the server reported
             self._check_agreement(view, backend)  # again: others may have come in meanwhile
             stored = view.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
             await asyncio.to_thread(self._store.save_backend, backend_id, stored)
@@ -113,7 +123,71 @@ class Router:
     def views(self) -> list[BackendView]:
         """Every backend with its live state; removed ones while they drain."""
         draining = [s for s in self._retired if s.id not in self._states and not s.closed]
-        return [state.view() for state in [*self._states.values(), *draining]]
+        views = [state.view() for state in [*self._states.values(), *draining]]
+        return [v.model_copy(update={"paused": self.pauses.paused(v.model)}) for v in views]
+
+    def newest_version(self, model: str | None) -> int | None:
+        """The newest policy version registered for ``model`` (None: no backend has one)."""
+        versions = [s.spec.policy_version for s in self._serving(model)]
+        known = [v for v in versions if v is not None]
+        return max(known) if known else None
+
+    # -- pause and resume around a weight update -------------------------------------------------
+
+    async def pause(self, model: str, request: PauseRequest) -> ModelState:
+        """Pause ``model``: its new calls wait (neither timing out nor ejecting anything); with
+        ``abort`` its calls in flight are cancelled and sent again after the resume. Returns
+        once no call of the model is in flight, or after ``timeout_s``."""
+        self.pauses.pause(model, request.mode, request.admission)
+        self._changed.notify()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.timeout_s
+        while self._in_flight(model) and (remaining := deadline - loop.time()) > 0:
+            await self._changed.wait(remaining)
+        return self.model_state(model)
+
+    async def resume(self, model: str, request: ResumeRequest) -> ModelState:
+        """Resume ``model``, its backends now at ``policy_version`` (when given), and wake the
+        calls and jobs that wait for it."""
+        version = request.policy_version
+        if version is not None:
+            older = [s for s in self._serving(model) if (s.spec.policy_version or 0) > version]
+            if older:
+                raise InvalidInputError(
+                    f"policy_version {version} is older than version "
+                    f"{older[0].spec.policy_version} of backend {older[0].id}: versions only grow",
+                    field="policy_version",
+                )
+            for state in self._serving(model):
+                state.spec = state.spec.model_copy(update={"policy_version": version})
+                stored = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
+                await asyncio.to_thread(self._store.save_backend, state.id, stored)
+        self.pauses.resume(model)
+        self._changed.notify()
+        return self.model_state(model)
+
+    def model_state(self, model: str) -> ModelState:
+        """Whether ``model`` is paused, how, and what of it is in flight."""
+        return ModelState(
+            model=model,
+            paused=self.pauses.paused(model),
+            mode=self.pauses.mode(model),
+            admission_paused=self.pauses.admission_paused(model),
+            policy_version=self.newest_version(model),
+            in_flight=self._in_flight(model),
+            aborted=self.pauses.aborted(model),
+            paused_s=round(self.pauses.paused_for(model), 3),
+        )
+
+    async def admitted(self, model: str | None) -> None:
+        """Wait while new jobs of ``model`` are held by a pause."""
+        while self.pauses.admission_paused(model):
+            await self._changed.wait(60.0)
+
+    def _in_flight(self, model: str) -> int:
+        return sum(
+            s.in_flight for s in [*self._states.values(), *self._retired] if s.spec.model == model
+        )
 
     def session(self, key: str, model: str | None) -> RouteSession:
         """The route of one trajectory: its calls stick to one backend while it is usable."""
@@ -141,43 +215,66 @@ class Router:
             r.in_flight for r in self._retired if r.spec.url == state.spec.url
         )
 
-    def _admissible(self, state: BackendState) -> bool:
+    def _admissible(self, state: BackendState, floor: int | None) -> bool:
         cap = state.spec.max_concurrency
-        return state.healthy and (cap is None or self._load(state) < cap)
+        version = state.spec.policy_version
+        return (
+            state.healthy
+            and (cap is None or self._load(state) < cap)
+            and not self.pauses.paused(state.spec.model)
+            and (floor is None or (version is not None and version >= floor))
+        )
 
-    def _choose(self, model: str | None, sticky: str | None) -> BackendState | None:
+    def _choose(
+        self, model: str | None, sticky: str | None, floor: int | None
+    ) -> BackendState | None:
         current = self._states.get(sticky) if sticky is not None else None
-        if current is not None and self._usable_for(current, model):
+        if current is not None and self._usable_for(current, model, floor):
             return current
-        usable = [s for s in self._serving(model) if self._admissible(s)]
+        usable = [s for s in self._serving(model) if self._admissible(s, floor)]
         if not usable:
             return None
         return min(usable, key=lambda s: ((self._load(s) + 1) / s.spec.weight, s.served))
 
-    def _usable_for(self, state: BackendState, model: str | None) -> bool:
-        return (model is None or state.spec.model == model) and self._admissible(state)
+    def _usable_for(self, state: BackendState, model: str | None, floor: int | None) -> bool:
+        return (model is None or state.spec.model == model) and self._admissible(state, floor)
 
-    async def _acquire(self, model: str | None, sticky: str | None) -> BackendState:
-        """A backend for one call, counted in flight; waits up to ``llm_wait_s`` for one."""
+    async def _acquire(
+        self, model: str | None, sticky: str | None, floor: int | None = None
+    ) -> BackendState:
+        """A backend for one call, counted in flight; waits up to ``llm_wait_s`` for one, and
+        for as long as the model is paused (a pause never times a call out)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._settings.llm_wait_s
         while True:
-            state = self._choose(model, sticky)
+            state = self._choose(model, sticky, floor)
             if state is not None:
                 state.in_flight += 1
                 return state
+            if self.pauses.paused(model):
+                await self._changed.wait(60.0)
+                deadline = loop.time() + self._settings.llm_wait_s
+                continue
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._unavailable(model)
+                raise self._unavailable(model, floor)
             await self._changed.wait(remaining)
 
     def _release(self, state: BackendState) -> None:
         state.in_flight -= 1
         self._changed.notify()
 
-    def _unavailable(self, model: str | None) -> BackendUnavailableError:
+    def _unavailable(self, model: str | None, floor: int | None = None) -> RollserveError:
         what = f"model {model!r}" if model is not None else "any model"
         states = self._serving(model)
+        below = [s for s in states if (s.spec.policy_version or -1) < (floor or 0)]
+        if floor is not None and states and len(below) == len(states):
+            return StaleRolloutError(
+                f"no backend of {what} has policy version {floor} or newer (newest: "
+                f"{self.newest_version(model)}) after waiting {self._settings.llm_wait_s:g}s",
+                floor=floor,
+                newest=self.newest_version(model),
+            )
         if not states:
             known = ", ".join(sorted({s.spec.model for s in self._states.values()})) or "none"
             return BackendUnavailableError(
@@ -215,6 +312,12 @@ class Router:
                     f"{other.spec.tokenizer!r}, not {view.tokenizer!r}",
                     field="tokenizer",
                 )
+            if other.spec.logprob_mode != view.logprob_mode:
+                raise InvalidInputError(
+                    f"backend {other.id} serves {view.model!r} with {other.spec.logprob_mode} "
+                    f"logprobs, not {view.logprob_mode}: one trajectory must not mix them",
+                    field="logprob_mode",
+                )
             if other.backend.token_mode != backend.token_mode:
                 raise InvalidInputError(
                     f"backend {other.id} serves {view.model!r} in "
@@ -244,7 +347,9 @@ class Router:
     async def _health_loop(self) -> None:
         interval = self._settings.llm_health_interval_s
         while True:
-            if await check_health(list(self._states.values()), timeout=max(interval, 5.0)):
+            # A paused model's servers may stall or refuse generation: they are not checked.
+            states = [s for s in self._states.values() if not self.pauses.paused(s.spec.model)]
+            if await check_health(states, timeout=max(interval, 5.0)):
                 self._changed.notify()
             await asyncio.sleep(interval)
 
@@ -252,11 +357,13 @@ class Router:
 class RouteSession:
     """The calls of one trajectory: every turn goes to the same backend (its prefix cache
     holds the conversation) while that backend is usable; a failing backend is ejected and
-    the call fails over to another."""
+    the call fails over to another. ``floor`` is the oldest policy version its next call may
+    use (bounded staleness)."""
 
     def __init__(self, router: Router, key: str, model: str | None) -> None:
         self.key = key
         self.model = model
+        self.floor: int | None = None
         self._router = router
         self._sticky: str | None = None
 
@@ -266,33 +373,56 @@ class RouteSession:
         state = self._router._states.get(self._sticky) if self._sticky else None
         return state.view() if state is not None else None
 
+    @property
+    def pauses(self) -> Pauses:
+        return self._router.pauses
+
+    def newest_version(self) -> int | None:
+        return self._router.newest_version(self.model)
+
     async def pick(self) -> LLMBackend:
         """The backend the next call will go to (waiting up to ``llm_wait_s`` for one), made
         sticky; nothing is sent or counted."""
-        state = await self._router._acquire(self.model, self._sticky)
+        state = await self._router._acquire(self.model, self._sticky, self.floor)
         self._router._release(state)
         self._sticky = state.id
         return state.backend
 
-    async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, LLMBackend]:
-        """Run ``fn`` on a chosen backend; returns its result and the backend that served it.
-        Raises BackendUnavailableError when no backend is usable (after ``llm_wait_s``) or
-        when ``llm_failover_attempts`` backends failed in turn."""
+    async def settle(self) -> None:
+        """Wait while the model is paused (after an aborted generation)."""
+        router = self._router
+        while self.pauses.paused(self.model):
+            await router._changed.wait(60.0)
+
+    async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, BackendView]:
+        """Run ``fn`` on a chosen backend; returns its result and the backend's registration
+        as it was when the call was sent. Raises BackendUnavailableError when no backend is
+        usable (after ``llm_wait_s``) or when ``llm_failover_attempts`` backends failed in
+        turn. A call cancelled by an ``abort`` pause, or failing while its model is paused,
+        is sent again after the resume without counting as a failure."""
         router = self._router
         error: BackendUnavailableError | None = None
-        for _ in range(router._settings.llm_failover_attempts):
+        attempts = 0
+        while attempts < router._settings.llm_failover_attempts:
             try:
-                state = await router._acquire(self.model, self._sticky)
+                state = await router._acquire(self.model, self._sticky, self.floor)
             except BackendUnavailableError as exc:
                 if error is None:
                     raise
                 raise exc from error
+            sent = state.spec
+            stalled = self.pauses.stalled_s(sent.model)
             try:
-                result = await fn(state.backend)
+                result = await self.pauses.run(sent.model, fn(state.backend))
+            except PauseAborted:
+                continue
             except BackendUnavailableError as exc:
+                if self.pauses.stalled_s(sent.model) > stalled:  # paused meanwhile: no fault
+                    continue
                 state.failures += 1
                 state.eject(str(exc))
                 error = exc
+                attempts += 1
                 continue
             except Exception:
                 state.failures += 1
@@ -301,6 +431,6 @@ class RouteSession:
                 router._release(state)
             state.served += 1
             self._sticky = state.id
-            return result, state.backend
+            return result, sent
         assert error is not None
         raise error

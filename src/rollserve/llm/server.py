@@ -16,10 +16,10 @@ from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.errors import InvalidInputError, NotFoundError, RollserveError
+from rollserve.llm.base import LOGPROB_FLOOR
 from rollserve.llm.engine import Generation, LocalEngine
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
-LOGPROB_FLOOR = -9999.0  # vLLM's floor: JSON has no -inf
 
 
 class _Body(BaseModel):

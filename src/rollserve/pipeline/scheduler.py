@@ -23,7 +23,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rollserve.errors import InfrastructureError, LeaseLostError, RollserveError
+from rollserve.errors import (
+    InfrastructureError,
+    LeaseLostError,
+    RollserveError,
+    StaleRolloutError,
+)
 from rollserve.pipeline.changes import Changes
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance, procfs
@@ -219,10 +224,14 @@ class Scheduler:
             await self._infrastructure_failure(
                 job, InfrastructureError(f"the {stage} stage timed out", stage=stage.value)
             )
+        except StaleRolloutError as exc:  # past the job's staleness bound: not evaluated
+            await self._fail(job, exc, JobStatus.STALE)
         except RollserveError as exc:  # bad input found late: not worth retrying
             await self._fail(job, exc)
 
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
+        await self.runner.admitted(request)  # a pause may hold new jobs of its model
+        started = time.monotonic()
         async with asyncio.timeout(_timeout(request, "init_s", self.settings.init_timeout_s)):
             sandbox = await self.runner.init(request)
         self._held[job.job_id] = sandbox
@@ -314,12 +323,12 @@ class Scheduler:
         await asyncio.to_thread(self.store.requeue, job.job_id, self.node, Stage.INIT, error=error)
         self.wake(Stage.INIT)
 
-    async def _fail(self, job: JobRecord, exc: RollserveError) -> None:
+    async def _fail(
+        self, job: JobRecord, exc: RollserveError, status: JobStatus = JobStatus.FAILED
+    ) -> None:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
-        await asyncio.to_thread(
-            self.store.finish, job.job_id, self.node, JobStatus.FAILED, error=error
-        )
+        await asyncio.to_thread(self.store.finish, job.job_id, self.node, status, error=error)
 
 
 def _timeout(request: JobRequest, name: str, default: float) -> float:

@@ -34,7 +34,7 @@ class RolloutService:
         self.sandboxes = SandboxManager(settings)
         templates = TemplateCache()
         self.router = Router(settings, self.store, default_kinds(templates))
-        models = Models(self.router, templates)
+        models = Models(self.router, templates, settings.llm_abort_resumes)
         self.scheduler = Scheduler(
             settings, self.store, StageRunner(settings, self.sandboxes, plugins, models)
         )
@@ -142,6 +142,10 @@ class RolloutService:
             "results_cursor": self.store.results_head(),
             "live_sandboxes": len(self.sandboxes.live),
             "backends": [b.model_dump(mode="json") for b in self.router.views()],
+            "paused_models": [
+                self.router.model_state(m).model_dump(mode="json")
+                for m in self.router.pauses.models()
+            ],
         }
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollserve.agents.base import Agent, RunContext
-from rollserve.llm.session import Models
+from rollserve.llm.session import Models, ModelSession, VersionBound
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
@@ -19,7 +19,7 @@ from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest, RolloutRe
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput, TaskHandler
+from rollserve.tasks.base import Evaluation, RunOutput, TaskHandler
 
 
 @dataclass
@@ -97,30 +97,36 @@ class StageRunner:
         config = agent_config(request)
         agent = self.plugins.agents.get(config.name)
         handler = self.plugins.handlers.get(request.task.kind)
+        bound = VersionBound(request.max_staleness, request.min_policy_version)
+        llm = self.models.session(job_id, request.model, bound) if self.models else None
         context = RunContext(
             request=request,
-            llm=self.models.session(job_id, request.model) if self.models else None,
+            llm=llm,
             system_prompt=handler.system_prompt(request.task),
             tools=handler.tools(request.task),
         )
         try:
-            async with asyncio.timeout(timeout_s):
-                return await agent.run(sandbox, config, context)
+            async with asyncio.timeout(None) as limit:
+                watch = asyncio.create_task(_expire(limit, timeout_s, llm))
+                try:
+                    output = await agent.run(sandbox, config, context)
+                finally:
+                    watch.cancel()
         except TimeoutError:
-            return context.output(ExitReason.TIMEOUT)
+            output = context.output(ExitReason.TIMEOUT)
+        if llm is not None:
+            llm.check_stale()  # a rollout already stale is not worth evaluating
+        return output
+
+    async def admitted(self, request: JobRequest) -> None:
+        """Wait while new jobs of the request's model are held by a pause."""
+        if self.models is not None:
+            await self.models.router.admitted(request.model)
 
     @staticmethod
     def unscored(output: RunOutput, reason: str) -> RolloutResult:
         """A result with reward 0 because the run's outcome could not be scored."""
-        return RolloutResult(
-            reward=0.0,
-            evaluation={"error": reason},
-            exit_reason=output.exit_reason,
-            messages=output.messages,
-            turns=output.turns,
-            tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
-            tool_errors=output.tool_errors,
-        )
+        return _result(output, Evaluation(reward=0.0, details={"error": reason}))
 
     async def evaluate(self, request: JobRequest, output: RunOutput) -> RolloutResult:
         handler = self.plugins.handlers.get(request.task.kind)
@@ -136,14 +142,34 @@ class StageRunner:
             finally:
                 await self.sandboxes.close(sandbox)
 
-        evaluation = await handler.evaluate(request.task, output, fresh_sandbox)
-        return RolloutResult(
-            reward=evaluation.reward,
-            evaluation=evaluation.details,
-            exit_reason=output.exit_reason,
-            messages=output.messages,
-            turns=output.turns,
-            patch=evaluation.patch,
-            tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
-            tool_errors=output.tool_errors,
-        )
+        return _result(output, await handler.evaluate(request.task, output, fresh_sandbox))
+
+
+def _result(output: RunOutput, evaluation: Evaluation) -> RolloutResult:
+    return RolloutResult(
+        reward=evaluation.reward,
+        evaluation=evaluation.details,
+        exit_reason=output.exit_reason,
+        messages=output.messages,
+        turns=output.turns,
+        patch=evaluation.patch,
+        tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
+        tool_errors=output.tool_errors,
+        min_policy_version=min(output.policy_versions, default=None),
+        max_policy_version=max(output.policy_versions, default=None),
+    )
+
+
+async def _expire(limit: asyncio.Timeout, timeout_s: float, llm: ModelSession | None) -> None:
+    """End the run once it has been active ``timeout_s``: time its model spent paused for a
+    weight update does not count."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    paused = llm.stalled_s() if llm is not None else 0.0
+    while True:
+        stalled = (llm.stalled_s() if llm is not None else 0.0) - paused
+        left = started + timeout_s + stalled - loop.time()
+        if left <= 0:
+            limit.reschedule(loop.time())
+            return
+        await asyncio.sleep(min(left, 1.0))

@@ -1,10 +1,23 @@
-"""Inference backends registered at run time (a trainer re-registers after a weight update)."""
+"""Inference backends registered at run time (a trainer re-registers after a weight update),
+and the pause/resume of a model around a weight update."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rollserve.schema.tokens import LogprobMode
+
+
+def check_version(value: Any) -> Any:
+    """Policy versions are ordered integers: a string (even of digits) is refused by name."""
+    if isinstance(value, str | float | bool):
+        raise ValueError(
+            f"policy_version must be a non-negative integer that grows with every weight "
+            f"update (the trainer's step), not {value!r}"
+        )
+    return value
 
 
 class BackendSpec(BaseModel):
@@ -24,7 +37,17 @@ class BackendSpec(BaseModel):
     max_model_len: int | None = Field(
         None, ge=1, description="context length; default: the tokenizer's model_max_length"
     )
-    policy_version: str | None = Field(None, description="recorded with every turn it serves")
+    policy_version: int | None = Field(
+        None, ge=0, description="the weights' version (the trainer's step), recorded per turn"
+    )
+    logprob_mode: LogprobMode | None = Field(
+        None,
+        description="what the server's logprobs are, as it was started: raw (before temperature;"
+        " vLLM's default) or processed (after temperature; SGLang's default). Default: the"
+        " kind's default",
+    )
+
+    _version = field_validator("policy_version", mode="before")(check_version)
 
 
 class BackendView(BackendSpec):
@@ -38,3 +61,51 @@ class BackendView(BackendSpec):
     served: int = Field(0, description="requests answered since registration on this node")
     failures: int = Field(0, description="requests that failed on this backend")
     last_error: str | None = None
+    paused: bool = Field(False, description="its model is paused for a weight update")
+    context_limit: int | None = Field(
+        None,
+        description="tokens a trajectory may reach here: the served max_model_len, less"
+        " the server's headroom",
+    )
+    warnings: list[str] = Field(default_factory=list, description="found at registration")
+
+
+class PauseRequest(BaseModel):
+    """``POST /v1/llm/models/{model}/pause``: stop a model's generation for a weight update."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["wait", "abort"] = Field(
+        "wait",
+        description="wait: new turns wait, turns in flight finish; abort: turns in flight are"
+        " aborted and resumed after the resume",
+    )
+    admission: bool = Field(False, description="also hold new jobs of the model before init")
+    timeout_s: float = Field(
+        600.0, ge=0, le=3600, description="how long the call waits for turns in flight to end"
+    )
+
+
+class ResumeRequest(BaseModel):
+    """``POST /v1/llm/models/{model}/resume``: generation goes on, under new weights."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy_version: int | None = Field(
+        None, ge=0, description="the new weights' version: set on every backend of the model"
+    )
+
+    _version = field_validator("policy_version", mode="before")(check_version)
+
+
+class ModelState(BaseModel):
+    """A model's pause state on this node, as the pause and resume calls answer it."""
+
+    model: str
+    paused: bool
+    mode: Literal["wait", "abort"] | None = None
+    admission_paused: bool = False
+    policy_version: int | None = Field(None, description="the newest version registered")
+    in_flight: int = Field(0, description="model calls still running on its backends")
+    aborted: int = Field(0, description="calls aborted by this pause, to be resumed")
+    paused_s: float = Field(0.0, description="how long the current pause has lasted")

@@ -57,10 +57,21 @@ class AgentConfig(BaseModel):
 
 
 class Sampling(_Model):
+    """How the model samples. Every field is sent with every request, the neutral value when
+    the job sets none, so that a server's own defaults (vLLM applies the model's
+    ``generation_config.json``) never change the distribution behind the trainer's back."""
+
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    seed: int | None = None
+    top_k: int = Field(-1, ge=-1, description="-1: off")
+    min_p: float = Field(0.0, ge=0, le=1)
+    repetition_penalty: float = Field(1.0, gt=0, le=2)
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    max_tokens: int | None = Field(None, ge=1, description="per turn")
+    seed: int | None = Field(
+        None, description="default: derived from the job id, so that each sample has its own"
+    )
 
 
 class StageTimeouts(_Model):
@@ -87,7 +98,38 @@ class JobRequest(_Model):
     model: str | None = None
     timeouts: StageTimeouts | None = None
     priority: int = 0
+    max_staleness: int | None = Field(
+        None,
+        ge=0,
+        description="how many versions the rollout's oldest turn may lag the newest version "
+        "registered for its model; beyond it the job ends as stale",
+    )
+    min_policy_version: int | None = Field(
+        None, ge=0, description="turns run only on backends of at least this version"
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobStatus(enum.StrEnum):
+    """The status a client sees. ``stale``: the rollout would have exceeded the job's
+    ``max_staleness`` (or found no backend of ``min_policy_version``); it was not evaluated, so
+    the trainer drops or resubmits it."""
+
+    QUEUED = "queued"
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    EVALUATING = "evaluating"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STALE = "stale"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.STALE})
 
 
 class ExitReason(enum.StrEnum):
@@ -111,6 +153,8 @@ class RolloutResult(_Model):
     patch: str | None = None
     tokens: Tokens | None = None
     tool_errors: int = Field(0, description="malformed or failed tool calls told to the model")
+    min_policy_version: int | None = Field(None, description="the oldest version of any turn")
+    max_policy_version: int | None = Field(None, description="the newest version of any turn")
 
 
 class JobTiming(_Model):

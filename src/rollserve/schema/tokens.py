@@ -1,8 +1,52 @@
-"""Token-exact trajectories (token mode) and what each model turn used."""
+"""Token-exact trajectories (token mode) and what each model turn used.
+
+Policy versions are non-negative integers that grow with every weight update (the trainer's
+step); a turn records the version that generated it, segment by segment when an aborted
+generation was resumed under newer weights."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+LogprobMode = Literal["raw", "processed"]
+"""``raw``: log-softmax of the model's logits (vLLM's default); ``processed``: after
+temperature scaling (SGLang's default)."""
+
+
+def legacy_version(value: Any) -> Any:
+    """Results stored before versions were integers carried free-form strings: digits are
+    read as the integer, anything else as unknown (None)."""
+    if isinstance(value, str):
+        return int(value) if value.isdigit() else None
+    return value
+
+
+class TokenSpan(BaseModel):
+    """A half-open range ``[start, end)`` of positions in ``prompt_ids + response_ids``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class Segment(BaseModel):
+    """One request to a backend within a turn. A turn has one segment, or several when its
+    generation was aborted (a weight update, a backend lost) and resumed from the tokens it had."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend_id: str
+    policy_version: int | None = None
+    weight_version: str | None = Field(
+        None, description="the version the inference server itself reported (SGLang)"
+    )
+    generated_tokens: int = 0
+    finish_reason: str = Field(description="stop | length | abort | repetition | tool_calls")
+
+    _legacy = field_validator("policy_version", mode="before")(legacy_version)
 
 
 class TurnInfo(BaseModel):
@@ -12,11 +56,33 @@ class TurnInfo(BaseModel):
 
     backend_id: str
     model: str
-    policy_version: str | None = None
+    policy_version: int | None = Field(
+        None, description="the version that generated the turn's last segment"
+    )
     prompt_tokens: int = Field(0, description="tokens the backend received (token mode)")
     generated_tokens: int = 0
-    finish_reason: str = Field(description="stop | length | tool_calls")
+    finish_reason: str = Field(description="stop | length | repetition | tool_calls")
     truncated: bool = Field(False, description="cut by the token budget, not ended by the model")
+    segments: list[Segment] = Field(default_factory=list)
+    prompt: TokenSpan | None = Field(
+        None, description="token mode: the turn's prompt within prompt_ids + response_ids"
+    )
+    generation: TokenSpan | None = Field(
+        None, description="token mode: what the turn generated within prompt_ids + response_ids"
+    )
+    sampling: dict[str, Any] = Field(
+        default_factory=dict, description="the sampling fields sent with the turn's request"
+    )
+
+    _legacy = field_validator("policy_version", mode="before")(legacy_version)
+
+    @property
+    def versions(self) -> list[int]:
+        """The policy versions of the turn's segments (known ones)."""
+        found = [s.policy_version for s in self.segments if s.policy_version is not None]
+        if not found and self.policy_version is not None:
+            found = [self.policy_version]
+        return found
 
 
 class Tokens(BaseModel):
@@ -30,4 +96,7 @@ class Tokens(BaseModel):
     response_ids: list[int] = Field(default_factory=list)
     response_mask: list[int] = Field(default_factory=list)
     response_logprobs: list[float] = Field(default_factory=list)
+    logprob_mode: LogprobMode | None = Field(
+        None, description="what the logprobs are: raw (before temperature) or processed"
+    )
     turns: list[TurnInfo] = Field(default_factory=list)

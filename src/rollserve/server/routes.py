@@ -8,7 +8,13 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 
 from rollserve.pipeline.service import RolloutService, view
 from rollserve.schema.api import Accepted, BatchAccepted, BatchRequest, GroupCancelled, ResultsPage
-from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.backends import (
+    BackendSpec,
+    BackendView,
+    ModelState,
+    PauseRequest,
+    ResumeRequest,
+)
 from rollserve.schema.jobs import JobRequest, JobView
 from rollserve.server.metrics import render_metrics
 
@@ -91,6 +97,21 @@ async def list_backends(svc: Service) -> list[BackendView]:
 async def remove_backend(backend_id: str, svc: Service) -> Response:
     await svc.router.remove(backend_id)
     return Response(status_code=204)
+
+
+@api.post("/llm/models/{model}/pause", response_model=ModelState)
+async def pause_model(model: str, svc: Service, body: PauseRequest | None = None) -> ModelState:
+    return await svc.router.pause(model, body or PauseRequest())
+
+
+@api.post("/llm/models/{model}/resume", response_model=ModelState)
+async def resume_model(model: str, svc: Service, body: ResumeRequest | None = None) -> ModelState:
+    return await svc.router.resume(model, body or ResumeRequest())
+
+
+@api.get("/llm/models/{model}", response_model=ModelState)
+async def model_state(model: str, svc: Service) -> ModelState:
+    return svc.router.model_state(model)
 
 
 @api.get("/status")

@@ -16,6 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rollserve.schema.jobs import JobStatus
+
+__all__ = [
+    "STAGE_STATUS",
+    "BackendStore",
+    "JobRecord",
+    "JobStatus",
+    "JobStore",
+    "NewJob",
+    "Stage",
+    "Submitted",
+]
+
 
 class Stage(enum.StrEnum):
     """Where a job is in the pipeline."""
@@ -24,22 +37,6 @@ class Stage(enum.StrEnum):
     RUN = "run"
     EVAL = "eval"
     DONE = "done"
-
-
-class JobStatus(enum.StrEnum):
-    """The status a client sees."""
-
-    QUEUED = "queued"
-    INITIALIZING = "initializing"
-    RUNNING = "running"
-    EVALUATING = "evaluating"
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED)
 
 
 # The status of a job waiting for, or held in, each stage.

@@ -31,6 +31,7 @@ class RunOutput:
     turns: int = 0
     tokens: dict[str, Any] | None = None
     tool_errors: int = 0
+    policy_versions: list[int] = field(default_factory=list)  # of every model call's segments
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -40,6 +41,7 @@ class RunOutput:
             "turns": self.turns,
             "tokens": self.tokens,
             "tool_errors": self.tool_errors,
+            "policy_versions": self.policy_versions,
         }
 
     @classmethod
@@ -51,6 +53,7 @@ class RunOutput:
             turns=data["turns"],
             tokens=data["tokens"],
             tool_errors=data.get("tool_errors", 0),
+            policy_versions=data.get("policy_versions", []),
         )
 
 
