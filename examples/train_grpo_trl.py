@@ -265,7 +265,9 @@ def main() -> None:
         start=1,
     ):
         shown = " ".join(f"{r:.2f}" for r in rewards)
-        print(f"step {step}: rewards [{shown}] policy {','.join(versions)} {seconds:.1f}s")
+        print(
+            f"step {step}: rewards [{shown}] policy {','.join(map(str, versions))} {seconds:.1f}s"
+        )
     print(f"backend policy version: {figures['backend_policy_version']}")
     print(f"weight L2 change: {figures['weight_l2_change']:.4f}")
     print(json.dumps(figures), flush=True)

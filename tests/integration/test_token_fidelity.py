@@ -37,8 +37,11 @@ class Recording:
 
     def __init__(self, inner: LLMBackend) -> None:
         self.inner = inner
-        self.view = inner.view
         self.calls: list[tuple[list[int], TokenCompletion]] = []
+
+    @property
+    def view(self) -> BackendView:
+        return self.inner.view
 
     @property
     def token_mode(self) -> bool:
@@ -98,7 +101,7 @@ async def _rollout(
         assert request.agent is not None
         context = RunContext(
             request=request,
-            llm=Models(router, templates).session("t", spec.model),
+            llm=Models(router, templates, settings.llm_abort_resumes).session("t", spec.model),
             system_prompt="Solve the problem; use the tools.",
             tools=["bash", "submit"],
         )

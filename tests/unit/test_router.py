@@ -4,7 +4,7 @@ waiting, draining removal, re-registration, cancellation and persisted registrat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +17,12 @@ from rollserve.errors import (
     InvalidInputError,
 )
 from rollserve.llm.base import LLMBackend, SamplingParams
-from rollserve.llm.router import BackendFactory, Router
-from rollserve.registry import Registry
+from rollserve.llm.router import Router
 from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.settings import Settings
 from rollserve.storage import SqliteJobStore
 from rollserve.testing.fake_llm import FakeBehaviour, FakeLLMFactory
-
-MakeRouter = Callable[..., Awaitable[Router]]
+from tests.unit.conftest import MakeRouter, kinds
 
 
 def spec(backend_id: str | None, model: str = "m", **fields: Any) -> BackendSpec:
@@ -59,44 +57,6 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
 
 def view(router: Router, backend_id: str) -> BackendView:
     return next(v for v in router.views() if v.id == backend_id)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteJobStore]:
-    db = SqliteJobStore(tmp_path / "jobs.db")
-    yield db
-    db.close()
-
-
-@pytest.fixture
-def factory() -> FakeLLMFactory:
-    return FakeLLMFactory()
-
-
-def kinds(factory: FakeLLMFactory) -> Registry[BackendFactory]:
-    registry: Registry[BackendFactory] = Registry("inference backend kind")
-    for kind in ("vllm", "sglang", "openai"):
-        registry.register(kind, factory)
-    return registry
-
-
-@pytest.fixture
-async def make_router(
-    tmp_path: Path, store: SqliteJobStore, factory: FakeLLMFactory
-) -> AsyncIterator[MakeRouter]:
-    routers: list[Router] = []
-
-    async def make(**overrides: Any) -> Router:
-        values: dict[str, Any] = {"llm_health_interval_s": 3600.0, "llm_wait_s": 5.0}
-        settings = Settings(data_dir=tmp_path / "data", **{**values, **overrides})
-        router = Router(settings, store, kinds(factory))
-        await router.start()
-        routers.append(router)
-        return router
-
-    yield make
-    for router in routers:
-        await router.stop()
 
 
 async def test_least_in_flight_sends_new_trajectories_to_the_idle_backend(

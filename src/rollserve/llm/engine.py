@@ -4,7 +4,7 @@ the engine behind rollserve's local development inference server."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from rollserve.errors import InvalidInputError
 
-FinishReason = Literal["stop", "length"]
+FinishReason = Literal["stop", "length", "abort"]
 
 
 @dataclass
@@ -22,7 +22,7 @@ class Generation:
     """What one request generated: the ids exactly as sampled, each with its logprob."""
 
     token_ids: list[int]
-    logprobs: list[float]  # log_softmax of the raw logits, before temperature and top-p
+    logprobs: list[float]  # log_softmax of the logits: raw, or after temperature (processed)
     finish_reason: FinishReason
     stop_token_id: int | None = None  # the id that ended it, when finish_reason is "stop"
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
@@ -59,12 +59,17 @@ class LocalEngine:
         max_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = -1,
+        min_p: float = 0.0,
         seed: int | None = None,
         stop_token_ids: Sequence[int] = (),
         top_logprobs: int = 0,
+        processed_logprobs: bool = False,
+        aborted: Callable[[], bool] = lambda: False,
     ) -> Generation:
         """Generate up to ``max_tokens`` ids after ``prompt_ids``; an end or stop id ends the
-        generation and is part of it (as vLLM returns it)."""
+        generation and is part of it (as vLLM returns it). ``aborted`` is asked before each
+        token: when it answers True the generation ends as ``abort`` with what it has."""
         self._check(prompt_ids, max_tokens)
         stops = self.eos_token_ids | frozenset(stop_token_ids)
         generator = torch.Generator()
@@ -77,11 +82,15 @@ class LocalEngine:
         inputs = torch.tensor([prompt_ids], dtype=torch.long)
         with torch.inference_mode():
             for _ in range(max_tokens):
+                if aborted():
+                    out.finish_reason = "abort"
+                    break
                 kwargs = {self._cache_arg: cache}
                 result = self.model(input_ids=inputs, use_cache=True, logits_to_keep=1, **kwargs)
                 logits = result.logits[0, -1].float()
-                token = _sample(logits, temperature, top_p, generator)
-                logprobs = torch.log_softmax(logits, dim=-1)
+                token = _sample(logits, temperature, top_p, top_k, min_p, generator)
+                scaled = logits / temperature if processed_logprobs and temperature > 0 else logits
+                logprobs = torch.log_softmax(scaled, dim=-1)
                 out.token_ids.append(token)
                 out.logprobs.append(float(logprobs[token]))
                 if top_logprobs:
@@ -94,6 +103,17 @@ class LocalEngine:
                     break
                 inputs = torch.tensor([[token]], dtype=torch.long)
         return out
+
+    def load_weights(self, path: Path | str) -> None:
+        """Replace the model's weights with a checkpoint of the same architecture (a weight
+        update)."""
+        update = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        try:
+            self.model.load_state_dict(update.state_dict())
+        except RuntimeError as exc:
+            raise InvalidInputError(
+                f"the weights at {path} do not fit the served model: {exc}", field="model_path"
+            ) from exc
 
     def _check(self, prompt_ids: list[int], max_tokens: int) -> None:
         if not prompt_ids:
@@ -114,10 +134,22 @@ class LocalEngine:
             )
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> int:
+def _sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    min_p: float,
+    gen: torch.Generator,
+) -> int:
     if temperature <= 0:
         return int(torch.argmax(logits))
+    if 0 < top_k < logits.numel():
+        logits = logits.masked_fill(logits < torch.topk(logits, top_k).values[-1], -torch.inf)
     probs = torch.softmax(logits / temperature, dim=-1)
+    if min_p > 0:
+        probs = probs.masked_fill(probs < min_p * probs.max(), 0.0)
+        probs = probs / probs.sum()
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the top token always stays).

@@ -91,6 +91,7 @@ class Router:
             **{**spec.model_dump(), "id": backend_id, "url": url}, registered_at=time.time()
         )
         backend = self._kinds.get(view.kind)(view, self._settings)
+        view = backend.view  # with the kind's defaults
         try:
             self._check_agreement(view, backend)
             await backend.verify()
@@ -312,18 +313,18 @@ class Router:
                     f"{other.spec.tokenizer!r}, not {view.tokenizer!r}",
                     field="tokenizer",
                 )
-            if other.spec.logprob_mode != view.logprob_mode:
-                raise InvalidInputError(
-                    f"backend {other.id} serves {view.model!r} with {other.spec.logprob_mode} "
-                    f"logprobs, not {view.logprob_mode}: one trajectory must not mix them",
-                    field="logprob_mode",
-                )
             if other.backend.token_mode != backend.token_mode:
                 raise InvalidInputError(
                     f"backend {other.id} serves {view.model!r} in "
                     f"{'token' if other.backend.token_mode else 'text'} mode; "
                     f"a {view.kind} backend here would not",
                     field="kind",
+                )
+            if backend.token_mode and other.spec.logprob_mode != view.logprob_mode:
+                raise InvalidInputError(
+                    f"backend {other.id} serves {view.model!r} with {other.spec.logprob_mode} "
+                    f"logprobs, not {view.logprob_mode}: one trajectory must not mix them",
+                    field="logprob_mode",
                 )
 
     def _retire(self, state: BackendState) -> None:

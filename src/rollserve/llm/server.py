@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollserve.errors import InvalidInputError, NotFoundError, RollserveError
 from rollserve.llm.base import LOGPROB_FLOOR
 from rollserve.llm.engine import Generation, LocalEngine
+from rollserve.llm.server_control import Control, add_control_routes
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 
@@ -27,21 +28,42 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
-class _OpenAIBody(_Body):
-    model: str | None = None
+class _Sampling(_Body):
+    """The sampling fields both APIs share; penalties are accepted at their neutral values."""
+
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    top_k: int = Field(-1, ge=-1)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0)
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     stop_token_ids: list[int] = Field(default_factory=list)
+    stop: str | list[str] | None = None
+
+    def engine_args(self) -> dict[str, Any]:
+        """The engine's sampling arguments (besides the seed)."""
+        penalties = {
+            "repetition_penalty": self.repetition_penalty != 1.0,
+            "presence_penalty": self.presence_penalty != 0.0,
+            "frequency_penalty": self.frequency_penalty != 0.0,
+        }
+        _unsupported(stop=bool(self.stop), **penalties)
+        fields = ("temperature", "top_p", "top_k", "min_p", "stop_token_ids")
+        return {f: getattr(self, f) for f in fields}
+
+
+class _OpenAIBody(_Sampling):
+    model: str | None = None
+    seed: int | None = None
     return_token_ids: bool = False
+    return_weight_versions: bool = False
     n: int = 1
     stream: bool = False
-    stop: str | list[str] | None = None
 
     def sampling(self) -> dict[str, Any]:
         """The engine's sampling arguments."""
-        fields = ("temperature", "top_p", "seed", "stop_token_ids")
-        return {f: getattr(self, f) for f in fields}
+        return {**self.engine_args(), "seed": self.seed}
 
 
 class CompletionRequest(_OpenAIBody):
@@ -62,15 +84,11 @@ class ChatRequest(_OpenAIBody):
     max_completion_tokens: int | None = Field(None, ge=1)
 
 
-class SGLangSampling(_Body):
+class SGLangSampling(_Sampling):
     """SGLang's ``sampling_params``."""
 
     max_new_tokens: int = Field(128, ge=0)
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    stop_token_ids: list[int] = Field(default_factory=list)
     sampling_seed: int | None = None
-    stop: str | list[str] | None = None
 
 
 class GenerateRequest(_Body):
@@ -86,23 +104,38 @@ class GenerateRequest(_Body):
 
 
 def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAPI:
-    """The HTTP app over ``engine``; requests are served one at a time, off the event loop."""
+    """The HTTP app over ``engine``; requests are served one at a time, off the event loop.
+    ``/v1/completions`` returns raw logprobs (vLLM's default), ``/generate`` logprobs after
+    temperature (SGLang's)."""
     name = model_name or engine.model_name
     tokenizer = engine.tokenizer
     limit = engine.max_model_len
     lock = asyncio.Lock()
+    control = Control()
     app = FastAPI(title="rollserve local LLM server")
+    add_control_routes(app, engine, control, lock)
 
     async def generate(prompt: list[int], max_tokens: int, **kwargs: Any) -> Generation:
-        async with lock:
-            return await asyncio.to_thread(engine.generate, prompt, max_tokens=max_tokens, **kwargs)
+        ticket = control.admit()
+        control.running += 1
+        try:
+            async with lock:
+                return await asyncio.to_thread(
+                    engine.generate,
+                    prompt,
+                    max_tokens=max_tokens,
+                    aborted=control.gate(ticket),
+                    **kwargs,
+                )
+        finally:
+            await control.finished()
 
     async def openai_generate(
         body: _OpenAIBody, prompt: list[int], max_tokens: int, top_logprobs: int = 0
     ) -> Generation:
         if body.model is not None and body.model != name:
             raise NotFoundError(f"The model `{body.model}` does not exist.", field="model")
-        _unsupported(n=body.n != 1, stream=body.stream, stop=bool(body.stop))
+        _unsupported(n=body.n != 1, stream=body.stream)
         if len(prompt) + max_tokens > limit:
             raise InvalidInputError(
                 f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This"
@@ -118,11 +151,15 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
         return str(tokenizer.decode(ids, skip_special_tokens=True))
 
     def answer(
-        kind: str, choice: dict[str, Any], prompt: list[int], out: Generation
+        body: _OpenAIBody, kind: str, choice: dict[str, Any], prompt: list[int], out: Generation
     ) -> dict[str, Any]:
         prefix = "cmpl" if kind == "text_completion" else "chatcmpl"
         n_out = len(out.token_ids)
         choice |= {"finish_reason": out.finish_reason, "stop_reason": _stop_reason(engine, out)}
+        if body.return_weight_versions:
+            choice["weight_versions"] = [
+                {"version": control.weight_version, "start": 0, "end": len(out.token_ids)}
+            ]
         return {
             "id": f"{prefix}-{uuid.uuid4().hex}",
             "object": kind,
@@ -167,7 +204,7 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
         choice: dict[str, Any] = {"index": 0, "text": text_of(out), "logprobs": logprobs}
         if body.return_token_ids:
             choice |= {"prompt_token_ids": list(prompt), "token_ids": out.token_ids}
-        return answer("text_completion", choice, prompt, out)
+        return answer(body, "text_completion", choice, prompt, out)
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest) -> dict[str, Any]:
@@ -183,7 +220,7 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
         out = await openai_generate(body, prompt, max_tokens)
         message = {"role": "assistant", "content": text_of(out)}
         choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": None}
-        result = answer("chat.completion", choice, prompt, out)
+        result = answer(body, "chat.completion", choice, prompt, out)
         if body.return_token_ids:
             choice["token_ids"] = out.token_ids
             result["prompt_token_ids"] = prompt
@@ -192,7 +229,7 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
     @app.post("/generate")
     async def sglang_generate(body: GenerateRequest) -> dict[str, Any]:
         params = body.sampling_params
-        _unsupported(stream=body.stream, stop=bool(params.stop))
+        _unsupported(stream=body.stream)
         if body.input_ids is not None and body.text is None:
             prompt = body.input_ids
         elif body.text is not None and body.input_ids is None:
@@ -211,22 +248,18 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
         out = await generate(
             prompt,
             params.max_new_tokens,
-            temperature=params.temperature,
-            top_p=params.top_p,
             seed=params.sampling_seed,
-            stop_token_ids=params.stop_token_ids,
             top_logprobs=body.top_logprobs_num,
+            processed_logprobs=True,
+            **params.engine_args(),
         )
         meta: dict[str, Any] = {
             "id": uuid.uuid4().hex,
-            "finish_reason": (
-                {"type": "stop", "matched": out.stop_token_id}
-                if out.finish_reason == "stop"
-                else {"type": "length", "length": params.max_new_tokens}
-            ),
+            "finish_reason": _sglang_finish(out, params.max_new_tokens),
             "prompt_tokens": len(prompt),
             "completion_tokens": len(out.token_ids),
             "cached_tokens": 0,
+            "weight_version": control.weight_version,
         }
         if body.return_logprob:
             piece = (lambda i: _piece(engine, i)) if body.return_text_in_logprobs else None
@@ -244,8 +277,18 @@ def create_llm_app(engine: LocalEngine, model_name: str | None = None) -> FastAP
     return app
 
 
+def _sglang_finish(out: Generation, max_new_tokens: int) -> dict[str, Any]:
+    if out.finish_reason == "stop":
+        return {"type": "stop", "matched": out.stop_token_id}
+    if out.finish_reason == "abort":
+        return {"type": "abort", "message": "Abort by the server"}
+    return {"type": "length", "length": max_new_tokens}
+
+
 def _error(status: int, message: str, param: Any) -> JSONResponse:
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(status, "InternalServerError")
+    kind = {400: "BadRequestError", 404: "NotFoundError", 503: "ServiceUnavailableError"}.get(
+        status, "InternalServerError"
+    )
     body = {"message": message, "type": kind, "param": param, "code": status}
     return JSONResponse({"error": body}, status_code=status)
 

@@ -112,11 +112,14 @@ class ModelSession:
         logprobs: list[float] = []
         segments: list[Segment] = []
         remaining = sampling.max_tokens
+        aborts = 0
         while True:
             self._prepare()
             left = replace(sampling, max_tokens=remaining)
             done, view = await self._route.call(partial(self._generate, prompt_ids + ids, left))
-            segments.append(self._segment(view.id, view.policy_version, done))
+            if done.token_ids or done.finish_reason != "abort":  # an empty abort made nothing
+                segments.append(self._segment(view.id, view.policy_version, done))
+            aborts += done.finish_reason == "abort"
             ids += done.token_ids
             logprobs += done.logprobs
             remaining -= len(done.token_ids)
@@ -126,7 +129,7 @@ class ModelSession:
             if remaining <= 0:
                 finish = "length"
                 break
-            await self._resume_after_abort(len(segments), view.id)
+            await self._resume_after_abort(aborts, view.id)
         done = TokenCompletion(ids, logprobs, finish, segments[-1].weight_version)
         start = len(prompt_ids)
         info = self._turn(view, finish, start, len(ids), segments)

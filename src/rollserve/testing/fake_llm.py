@@ -97,6 +97,8 @@ class FakeLLMBackend:
                 raise BackendUnavailableError(f"{self.view.url}: connection reset")
             if self.gate is not None:
                 await self.gate.wait()
+                if self.closed or self.failing:  # it went down while the call waited
+                    raise BackendUnavailableError(f"{self.view.url}: connection reset")
             seconds = self.behaviour.latency_s + self.behaviour.per_token_s * tokens
             if self._slots is None:
                 await asyncio.sleep(seconds)

@@ -61,6 +61,9 @@ class _Refusal(Exception):
 
 
 Handler = Callable[[dict[str, Any], list[int], ScriptedTurn, int], dict[str, Any]]
+Rewrite = Callable[[str, dict[str, Any], dict[str, Any]], "dict[str, Any] | int"]
+"""``(path, request body, answer) → answer``, or an HTTP status to refuse with: makes the
+server behave like a given server version (quirks, aborts, errors)."""
 
 
 class ScriptedLLMServer:
@@ -71,7 +74,9 @@ class ScriptedLLMServer:
     token endpoints; ``delay_s`` is how long each generation request takes; with
     ``native_tool_calls`` chat completions return OpenAI ``tool_calls``, otherwise the calls are
     written into ``content`` in the hermes format. ``/v1/models`` and ``/health`` are never
-    delayed or failed."""
+    delayed or failed; ``max_model_len`` is listed in ``/v1/models`` when given;
+    ``server_info`` is what ``/server_info`` answers (404 when None); ``rewrite`` changes each
+    generation answer."""
 
     def __init__(
         self,
@@ -82,9 +87,13 @@ class ScriptedLLMServer:
         delay_s: float = 0.0,
         native_tool_calls: bool = False,
         logprob: float = -0.25,
+        max_model_len: int | None = None,
+        server_info: dict[str, Any] | None = None,
+        rewrite: Rewrite | None = None,
     ) -> None:
         self.model, self.delay_s, self.native_tool_calls = model, delay_s, native_tool_calls
         self.logprob = logprob
+        self.max_model_len, self.server_info, self.rewrite = max_model_len, server_info, rewrite
         if isinstance(tokenizer, str | Path):
             from transformers import AutoTokenizer
 
@@ -169,7 +178,15 @@ class ScriptedLLMServer:
         @app.get("/v1/models")
         async def models() -> dict[str, Any]:
             card = {"id": self.model, "object": "model", "owned_by": "scripted", "created": 0}
+            if self.max_model_len is not None:
+                card["max_model_len"] = self.max_model_len
             return {"object": "list", "data": [card]}
+
+        @app.get("/server_info")
+        async def server_info() -> Any:
+            if self.server_info is None:
+                return _Refusal(404, "Not Found", "NotFoundError").response()
+            return self.server_info
 
         @app.get("/health")
         async def health() -> dict[str, Any]:
@@ -209,7 +226,13 @@ class ScriptedLLMServer:
                     self._served += 1
             except _Refusal as refusal:
                 return refusal.response()
-            return handler(body, prompt_ids, turn, index)
+            answer = handler(body, prompt_ids, turn, index)
+            if self.rewrite is not None:
+                changed = self.rewrite(path, body, answer)
+                if isinstance(changed, int):
+                    return _Refusal(changed, "refused by the script", "APIError").response()
+                answer = changed
+            return answer
 
         return endpoint
 
