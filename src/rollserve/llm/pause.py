@@ -8,10 +8,11 @@ import asyncio
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
+
+from rollserve.schema.backends import PauseMode
 
 T = TypeVar("T")
-PauseMode = Literal["wait", "abort"]
 
 
 class PauseAborted(Exception):

@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.schema.tokens import LogprobMode
 
+PauseMode = Literal["wait", "abort"]
+"""wait: new turns wait, turns in flight finish; abort: turns in flight are aborted too."""
+
 
 def check_version(value: Any) -> Any:
     """Policy versions are ordered integers: a string (even of digits) is refused by name."""
@@ -75,7 +78,7 @@ class PauseRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["wait", "abort"] = Field(
+    mode: PauseMode = Field(
         "wait",
         description="wait: new turns wait, turns in flight finish; abort: turns in flight are"
         " aborted and resumed after the resume",
@@ -103,7 +106,7 @@ class ModelState(BaseModel):
 
     model: str
     paused: bool
-    mode: Literal["wait", "abort"] | None = None
+    mode: PauseMode | None = None
     admission_paused: bool = False
     policy_version: int | None = Field(None, description="the newest version registered")
     in_flight: int = Field(0, description="model calls still running on its backends")
