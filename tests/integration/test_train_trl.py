@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import ROOT, Server
+from tests.servers import LlmServer, free_port
 
 STEPS = 2
 SAMPLES_PER_STEP = 8  # the example's defaults: 2 prompts x 4 generations
@@ -64,3 +65,41 @@ def test_trl_trains_through_rollserve(
     assert len(set(rewards)) > 1
     assert figures["weight_l2_change"] > 0
     assert len(figures["seconds_per_step"]) == STEPS
+
+
+@pytest.mark.slow
+def test_trl_in_two_processes_keeps_each_group_whole(
+    server_factory: Callable[..., Server],
+    tiny_model: Path,
+    llm_server_factory: Callable[[Path, str], LlmServer],
+    tmp_path: Path,
+) -> None:
+    """Two training processes (torchrun, CPU, gloo): each gets half of every group of four; the
+    halves share one group_id, so rollserve's groups are TRL's."""
+    server = server_factory()
+    server.start()
+    llm = llm_server_factory(tiny_model, "tiny")
+    spec = {"id": "p", "kind": "vllm", "url": llm.url, "model": "tiny"}
+    made = httpx.post(f"{server.url}/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model)})
+    assert made.status_code == 201, made.text
+    # torchrun starts the two processes; accelerate sees them as a multi-CPU (gloo) run.
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launch += ["--master_port", str(free_port())]
+    script = ROOT / "tests" / "integration" / "trl_two_processes.py"
+    command = [*launch, str(script), server.url, str(tiny_model), str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+    calls = [json.loads((tmp_path / f"rank-{rank}.json").read_text()) for rank in (0, 1)]
+    assert [len(c) for c in calls] == [2, 2]  # two steps in each process
+    for step in range(2):
+        first, second = calls[0][step], calls[1][step]
+        assert len(first["job_ids"]) == len(second["job_ids"]) == 2
+        assert len(set(first["group_ids"]) | set(second["group_ids"])) == 1  # one group of four
+        assert set(first["job_ids"]).isdisjoint(second["job_ids"])
+    page = httpx.get(f"{server.url}/v1/results", params={"limit": 1000}).json()
+    groups: dict[str, int] = {}
+    for job in page["results"]:
+        assert job["status"] == "completed", job
+        groups[job["group_id"]] = groups.get(job["group_id"], 0) + 1
+    assert sorted(groups.values()) == [4, 4]

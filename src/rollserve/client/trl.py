@@ -8,7 +8,13 @@ one completion per prompt received: ``prompt_ids``, ``completion_ids`` and ``log
 per completion token). The adapter adds ``env_mask`` (TRL's name for rollserve's
 ``response_mask``: observation tokens are kept out of the loss) and, for reward functions,
 ``rollserve_reward`` and ``rollserve_job_id``. trl itself is never imported here: the client
-stays installable without it."""
+stays installable without it.
+
+With several training processes each one receives its own slice of the generation batch, and
+TRL gathers the slices (in process order) before it groups them by ``num_generations``: a
+group may straddle two processes. So a sample's group comes from its global position
+(process index * local batch + index); the processes agree on the run id (broadcast from the
+main process through accelerate) so that the halves of a group share one ``group_id``."""
 
 from __future__ import annotations
 
@@ -91,16 +97,18 @@ class RollserveRollout:
         self.group_size = group_size
         self.timeout = timeout
         self.run_id = run_id or uuid.uuid4().hex[:12]
+        self._run_id_given = run_id is not None
         self.calls: list[RolloutCall] = []
 
     def __call__(self, prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
         call, started = len(self.calls), time.monotonic()
+        run_id = self._shared_run_id(trainer)
         requests = []
         group_ids = []
-        for index, (start, size) in enumerate(groups_of(prompts, self._size(trainer))):
-            group_id = f"{self.run_id}-{call}-{index}"
-            task = self._task(prompts[start])
-            for sample in range(size):
+        for group, members in groups_of(prompts, self._size(trainer), _offset(trainer, prompts)):
+            group_id = f"{run_id}-{call}-{group}"
+            task = self._task(prompts[members[0][0]])
+            for _, sample in members:
                 group_ids.append(group_id)
                 requests.append(self._request(task, group_id, sample))
         accepted = self.client.submit_batch(list(requests))
@@ -139,6 +147,16 @@ class RollserveRollout:
         )
         return out
 
+    def _shared_run_id(self, trainer: Any) -> str:
+        """The run id every training process uses: the main process's, once broadcast."""
+        accelerator = getattr(trainer, "accelerator", None)
+        if not self._run_id_given and getattr(accelerator, "num_processes", 1) > 1:
+            from accelerate.utils import broadcast_object_list
+
+            self.run_id = broadcast_object_list([self.run_id])[0]
+            self._run_id_given = True
+        return self.run_id
+
     def _size(self, trainer: Any) -> int | None:
         if self.group_size is not None or trainer is None:
             return self.group_size
@@ -162,25 +180,45 @@ class RollserveRollout:
         )
 
 
-def groups_of(prompts: Sequence[Any], size: int | None) -> list[tuple[int, int]]:
-    """``(start, length)`` of each group: runs of equal consecutive prompts, cut every
-    ``size`` prompts when a size is given (the same prompt may be drawn twice in a row)."""
-    groups: list[tuple[int, int]] = []
-    for index, prompt in enumerate(prompts):
-        if groups:
-            start, length = groups[-1]
-            same = prompt_key(prompts[start]) == prompt_key(prompt)
-            if same and (size is None or length < size):
-                groups[-1] = (start, length + 1)
-                continue
-        groups.append((index, 1))
-    if size is not None and any(length != size for _, length in groups):
-        raise InvalidInputError(
-            f"the prompts do not come in runs of {size} equal prompts (num_generations): "
-            f"got runs of {[length for _, length in groups]}",
-            field="group_size",
-        )
-    return groups
+def groups_of(
+    prompts: Sequence[Any], size: int | None, offset: int = 0
+) -> list[tuple[int, list[tuple[int, int]]]]:
+    """The groups among ``prompts``: ``(group index, [(local index, sample in group), …])``.
+    With a ``size``, a prompt's group is its global position (``offset`` + local index)
+    divided by the size, so that a group may begin or end in another process's slice; its
+    prompts must be equal. Without one, runs of equal consecutive prompts."""
+    if size is None:
+        if offset:
+            raise InvalidInputError(
+                "with several training processes the group size must be known: pass "
+                "group_size (num_generations)",
+                field="group_size",
+            )
+        runs: list[tuple[int, list[tuple[int, int]]]] = []
+        for index, prompt in enumerate(prompts):
+            if runs and prompt_key(prompts[runs[-1][1][0][0]]) == prompt_key(prompt):
+                runs[-1][1].append((index, len(runs[-1][1])))
+            else:
+                runs.append((len(runs), [(index, 0)]))
+        return runs
+    groups: dict[int, list[tuple[int, int]]] = {}
+    for index in range(len(prompts)):
+        group, sample = divmod(offset + index, size)
+        members = groups.setdefault(group, [])
+        if members and prompt_key(prompts[members[0][0]]) != prompt_key(prompts[index]):
+            raise InvalidInputError(
+                f"the prompts do not come in runs of {size} equal prompts (num_generations): "
+                f"prompt {index} differs from prompt {members[0][0]} of the same group",
+                field="group_size",
+            )
+        members.append((index, sample))
+    return sorted(groups.items())
+
+
+def _offset(trainer: Any, prompts: Sequence[Any]) -> int:
+    """This process's first global position: process index * local batch."""
+    accelerator = getattr(trainer, "accelerator", None)
+    return int(getattr(accelerator, "process_index", 0)) * len(prompts)
 
 
 def _completed(job: JobView) -> RolloutResult:
