@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rollserve.cli.app import app
-from rollserve.client.verl import COLUMNS, read_results, read_verl_parquet, write_verl_parquet
+from rollserve.client.parquet import COLUMNS, read_results, read_verl_parquet, write_verl_parquet
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import JobErrorInfo, JobView, RolloutResult
 from rollserve.schema.tokens import Tokens, TurnInfo

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rollserve.client.verl import read_results, write_verl_parquet
+from rollserve.client.parquet import read_results, write_verl_parquet
 
 export_app = typer.Typer(help="Export results for trainers.", no_args_is_help=True)
 

@@ -1,140 +1,91 @@
-"""Finished rollserve jobs as veRL agent-loop outputs, written as Parquet for a veRL trainer.
+"""veRL (0.9) trains through rollserve: ``RollserveAgentLoop`` is a veRL agent loop whose
+``run`` submits the dataset row's task to rollserve (the sample's ``uid`` is the GRPO
+``group_id``), waits for the job and returns veRL's ``AgentLoopOutput``: the token-exact
+trajectory cut to the configured prompt and response lengths, rollserve's reward, and the
+policy versions as ``min/max_global_steps``. This module imports veRL; the mapping itself
+lives in ``verl_map`` and the trainer-side ``VerlServers`` registers veRL's rollout servers.
 
-The columns follow veRL's ``AgentLoopOutput`` (``verl.experimental.agent_loop``):
-``prompt_ids``, ``response_ids`` (generated tokens and observation tokens), ``response_mask``
-(1 for generated, 0 for observations), ``response_logprobs`` (becomes ``rollout_log_probs`` in
-veRL's batch), ``reward_score`` and ``num_turns`` (chat messages: user, assistant and tool);
-``uid`` is veRL's group key for GRPO advantages (the job's ``group_id``). Provenance rides
-along: ``job_id``, ``exit_reason`` and each model turn's ``policy_version``. pyarrow is
-imported only when a file is written or read (``pip install 'rollserve[train]'``)."""
+Register it with an agent-loop config file (``actor_rollout_ref.rollout.agent.
+agent_loop_config_path``), which also reaches veRL's Ray workers::
+
+    - name: rollserve
+      _target_: rollserve.client.verl.RollserveAgentLoop
+      rollserve_url: http://rollserve-host:8000
+      model: policy
+
+and choose it with ``actor_rollout_ref.rollout.agent.default_agent_loop=rollserve`` (or a
+dataset column ``agent_name``). Importing this module also registers it by name."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+import asyncio
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field, ValidationError
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput, register
 
-from rollserve.errors import InvalidInputError
-from rollserve.schema.jobs import JobView
-
-COLUMNS = (
-    "uid",
-    "job_id",
-    "prompt_ids",
-    "response_ids",
-    "response_mask",
-    "response_logprobs",
-    "reward_score",
-    "num_turns",
-    "exit_reason",
-    "policy_versions",
+from rollserve.client.http import AsyncRolloutClient
+from rollserve.client.verl_map import (
+    VerlServers,
+    output_fields,
+    plain,
+    sampling_from,
+    submit_sample,
+    task_from_row,
 )
+from rollserve.schema.jobs import AgentConfig, JobRequest
+
+__all__ = ["RollserveAgentLoop", "VerlServers"]
 
 
-class VerlExport(BaseModel):
-    """What an export wrote, and which jobs it left out and why."""
+@register("rollserve")
+class RollserveAgentLoop(AgentLoopBase):  # type: ignore[misc]
+    """A veRL agent loop served by rollserve. Config keys: ``rollserve_url``, ``model`` (the
+    registered model name), optional ``agent`` (rollserve's agent config; default: the task
+    kind's tool agent with the trajectory budget prompt_length + response_length),
+    ``max_staleness``, ``timeout_s``, ``token``."""
 
-    path: str
-    rows: int
-    skipped: dict[str, str] = Field(default_factory=dict, description="job id → reason")
+    _clients: ClassVar[dict[tuple[str, str | None, int], AsyncRolloutClient]] = {}
 
+    def __init__(
+        self,
+        *args: Any,
+        rollserve_url: str,
+        model: str,
+        agent: Any = None,
+        max_staleness: int | None = None,
+        timeout_s: float = 3600.0,
+        token: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.url, self.model, self.token, self.timeout_s = rollserve_url, model, token, timeout_s
+        self.max_staleness = max_staleness
+        self.prompt_length = int(self.rollout_config.prompt_length)
+        self.response_length = int(self.rollout_config.response_length)
+        budget = {"max_tokens": self.prompt_length + self.response_length}
+        self.agent = AgentConfig.model_validate({**budget, **(plain(agent) or {})})
 
-def read_results(path: Path) -> list[JobView]:
-    """Finished jobs from a JSONL file, one ``JobView`` a line (``rollserve submit --out``)."""
-    jobs = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            jobs.append(JobView.model_validate_json(line))
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"])
-            raise InvalidInputError(f"{path}:{number}: {problem['msg']} at {where}") from exc
-    return jobs
-
-
-def verl_rows(jobs: Iterable[JobView]) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    """One veRL row per completed token-mode job, and the jobs skipped with the reason."""
-    rows: list[dict[str, Any]] = []
-    skipped: dict[str, str] = {}
-    for job in jobs:
-        result = job.result
-        if job.status != "completed" or result is None:
-            skipped[job.job_id] = f"status {job.status}"
-            continue
-        tokens = result.tokens
-        if tokens is None:
-            skipped[job.job_id] = "no token ids (text mode)"
-            continue
-        rows.append(
-            {
-                "uid": job.group_id or job.job_id,
-                "job_id": job.job_id,
-                "prompt_ids": tokens.prompt_ids,
-                "response_ids": tokens.response_ids,
-                "response_mask": tokens.response_mask,
-                "response_logprobs": tokens.response_logprobs,
-                "reward_score": result.reward,
-                "num_turns": len([m for m in result.messages if m.get("role") != "system"]),
-                "exit_reason": result.exit_reason.value,
-                "policy_versions": [t.policy_version for t in tokens.turns],
-            }
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        task = task_from_row(kwargs)
+        group_id = str(kwargs.get("uid") or task.task_id)
+        request = JobRequest(
+            group_id=group_id,
+            task=task,
+            agent=self.agent,
+            sampling=sampling_from(sampling_params, self.response_length),
+            model=self.model,
+            max_staleness=self.max_staleness,
         )
-    return rows, skipped
+        client = self._client()
+        job_id = await submit_sample(client, request, group_id)
+        view = await client.wait(job_id, timeout=self.timeout_s)
+        return AgentLoopOutput(**output_fields(view, self.prompt_length, self.response_length))
 
-
-def _pyarrow() -> Any:
-    """The pyarrow module with its parquet submodule loaded (pyarrow ships no type hints)."""
-    try:
-        pyarrow = importlib.import_module("pyarrow")
-        importlib.import_module("pyarrow.parquet")
-    except ImportError as exc:
-        raise InvalidInputError(
-            "writing veRL Parquet files needs pyarrow: pip install 'rollserve[train]' "
-            "(or pip install pyarrow)"
-        ) from exc
-    return pyarrow
-
-
-def _schema(pa: Any) -> Any:
-    ids = pa.list_(pa.int64())
-    return pa.schema(
-        [
-            ("uid", pa.string()),
-            ("job_id", pa.string()),
-            ("prompt_ids", ids),
-            ("response_ids", ids),
-            ("response_mask", ids),
-            ("response_logprobs", pa.list_(pa.float64())),
-            ("reward_score", pa.float64()),
-            ("num_turns", pa.int64()),
-            ("exit_reason", pa.string()),
-            ("policy_versions", pa.list_(pa.int64())),
-        ]
-    )
-
-
-def write_verl_parquet(jobs: Iterable[JobView], out: Path) -> VerlExport:
-    """Write the completed token-mode jobs among ``jobs`` to ``out`` (Parquet); an error
-    when none is left to write."""
-    rows, skipped = verl_rows(jobs)
-    if not rows:
-        reasons = sorted(set(skipped.values()))
-        raise InvalidInputError(
-            f"no completed token-mode job to export ({len(skipped)} skipped: {reasons})"
-        )
-    pa = _pyarrow()
-    table = pa.Table.from_pylist(rows, schema=_schema(pa))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pa.parquet.write_table(table, out)
-    return VerlExport(path=str(out), rows=len(rows), skipped=skipped)
-
-
-def read_verl_parquet(path: Path) -> list[dict[str, Any]]:
-    """The rows of a file ``write_verl_parquet`` wrote, as dicts."""
-    rows: list[dict[str, Any]] = _pyarrow().parquet.read_table(path).to_pylist()
-    return rows
+    def _client(self) -> AsyncRolloutClient:
+        """One client per server and event loop, shared by the loop's samples (veRL makes an
+        agent loop object per sample)."""
+        key = (self.url, self.token, id(asyncio.get_running_loop()))
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = AsyncRolloutClient(self.url, token=self.token)
+        return client
