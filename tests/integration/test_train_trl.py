@@ -103,3 +103,38 @@ def test_trl_in_two_processes_keeps_each_group_whole(
         assert job["status"] == "completed", job
         groups[job["group_id"]] = groups.get(job["group_id"], 0) + 1
     assert sorted(groups.values()) == [4, 4]
+
+
+@pytest.mark.slow
+def test_trl_async_grpo_trains_on_rollserve_samples(
+    server_factory: Callable[..., Server],
+    tiny_model: Path,
+    llm_server_factory: Callable[[Path, str], LlmServer],
+    tmp_path: Path,
+) -> None:
+    """TRL's AsyncGRPOTrainer takes its samples from RollserveRolloutWorker: groups run on
+    rollserve, the trainer's weight syncs become the backends' policy versions, and the model
+    is trained on them."""
+    server = server_factory()
+    server.start()
+    llm = llm_server_factory(tiny_model, "tiny")
+    spec = {"id": "p", "kind": "vllm", "url": llm.url, "model": "tiny", "policy_version": 0}
+    made = httpx.post(f"{server.url}/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model)})
+    assert made.status_code == 201, made.text
+    script = ROOT / "tests" / "integration" / "trl_async.py"
+    command = [sys.executable, str(script), server.url, str(tiny_model), str(tmp_path)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert summary["changed"] == summary["parameters"]  # trained on rollserve's samples
+    assert len(summary["losses"]) == 3 and summary["groups_done"] >= 3
+    # Every weight sync (one at train begin, one a step) reached rollserve as a version.
+    assert summary["worker_version"] == summary["model_version"] >= 3
+    backends = httpx.get(f"{server.url}/v1/llm/backends").json()
+    assert [b["policy_version"] for b in backends] == [summary["model_version"]]
+    page = httpx.get(f"{server.url}/v1/results", params={"limit": 1000}).json()
+    mine = [v for v in page["results"] if v["group_id"].startswith(summary["run_id"])]
+    assert mine and all(v["status"] in ("completed", "cancelled") for v in mine)
+    versions = {v["result"]["min_policy_version"] for v in mine if v["status"] == "completed"}
+    assert versions <= set(range(1, summary["model_version"] + 1)), versions
