@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -95,3 +96,11 @@ def llm_server_factory(tmp_path: Path) -> Iterator[Callable[[Path, str], LlmServ
     yield make
     for server in servers:
         server.kill()
+
+
+def register_backend(server: Server, **spec: Any) -> dict[str, Any]:
+    """Register an inference backend with the server; the view it answered."""
+    answer = httpx.post(f"{server.url}/v1/llm/backends", json=spec, timeout=60)
+    assert answer.status_code == 201, answer.text
+    view: dict[str, Any] = answer.json()
+    return view

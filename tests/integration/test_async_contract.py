@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from rollserve.testing.scripted import ScriptedLLMServer
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, register_backend
 
 _AGENT = {"name": "tool", "max_turns": 3, "end_without_tool_call": False}
 
@@ -25,8 +25,7 @@ def _job(job_id: str, **fields: Any) -> dict[str, Any]:
 def _setup(server: Server, llm: ScriptedLLMServer) -> httpx.Client:
     server.start()
     http = httpx.Client(base_url=server.url, timeout=60)
-    spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted", "policy_version": 0}
-    assert http.post("/v1/llm/backends", json=spec).status_code == 201
+    register_backend(server, id="s", kind="openai", url=llm.url, model="scripted", policy_version=0)
     return http
 
 

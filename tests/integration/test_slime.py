@@ -16,7 +16,7 @@ import httpx
 
 from rollserve.client.slime import fill_sample, make_generate
 from rollserve.schema.jobs import JobErrorInfo, JobView
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, register_backend
 from tests.servers import LlmServer
 
 
@@ -68,9 +68,14 @@ def test_slime_generate_fills_samples(
     server = server_factory()
     server.start()
     llm = llm_server_factory(tiny_model, "tiny")
-    spec = {"id": "p", "kind": "sglang", "url": llm.url, "model": "tiny", "policy_version": 5}
-    made = httpx.post(f"{server.url}/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model)})
-    assert made.status_code == 201, made.text
+    register_backend(
+        server,
+        kind="sglang",
+        url=llm.url,
+        model="tiny",
+        tokenizer=str(tiny_model),
+        policy_version=5,
+    )
     keyword = {"task_id": "kw", "kind": "keyword", "prompt": "Say abc.", "keywords": ["a"]}
     samples = [
         Sample(group_index=0, index=0, prompt="Say abc.", metadata={"rollserve_task": keyword}),

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.integration.conftest import ROOT, Server
+from tests.integration.conftest import ROOT, Server, register_backend
 from tests.servers import LlmServer, free_port
 
 STEPS = 2
@@ -79,9 +79,7 @@ def test_trl_in_two_processes_keeps_each_group_whole(
     server = server_factory()
     server.start()
     llm = llm_server_factory(tiny_model, "tiny")
-    spec = {"id": "p", "kind": "vllm", "url": llm.url, "model": "tiny"}
-    made = httpx.post(f"{server.url}/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model)})
-    assert made.status_code == 201, made.text
+    register_backend(server, kind="vllm", url=llm.url, model="tiny", tokenizer=str(tiny_model))
     # torchrun starts the two processes; accelerate sees them as a multi-CPU (gloo) run.
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
     launch += ["--master_port", str(free_port())]
@@ -118,9 +116,9 @@ def test_trl_async_grpo_trains_on_rollserve_samples(
     server = server_factory()
     server.start()
     llm = llm_server_factory(tiny_model, "tiny")
-    spec = {"id": "p", "kind": "vllm", "url": llm.url, "model": "tiny", "policy_version": 0}
-    made = httpx.post(f"{server.url}/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model)})
-    assert made.status_code == 201, made.text
+    register_backend(
+        server, kind="vllm", url=llm.url, model="tiny", tokenizer=str(tiny_model), policy_version=0
+    )
     script = ROOT / "tests" / "integration" / "trl_async.py"
     command = [sys.executable, str(script), server.url, str(tiny_model), str(tmp_path)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=400)

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from rollserve.testing.tiny_model import tiny_model_dir
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, register_backend
 from tests.servers import LlmServer
 
 ROLLOUTS = 32
@@ -42,28 +42,45 @@ def updated_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model_dir(tmp_path_factory.mktemp("policy-1"), seed=1)
 
 
-@pytest.mark.parametrize("mode", ["wait", "abort"])
+@pytest.mark.parametrize(
+    ("mode", "server_pause"),
+    [("wait", None), ("abort", None), ("wait", "keep")],
+    ids=["wait", "abort", "wait-and-server-keep"],
+)
 def test_weight_update_mid_rollout(
     mode: str,
+    server_pause: str | None,
     server_factory: Callable[..., Server],
     tiny_model: Path,
     updated_model: Path,
     llm_server_factory: Callable[[Path, str], LlmServer],
 ) -> None:
-    server = server_factory(run_workers="32", init_workers="8")
+    """``wait-and-server-keep``: the inference server is also paused the vLLM way
+    (``/pause?mode=keep``: requests in flight stall) for longer than a model call may take."""
+    settings = {"run_workers": "32", "init_workers": "8"}
+    if server_pause:
+        settings["llm_request_timeout_s"] = "5"
+    server = server_factory(**settings)
     server.start()
     llm = llm_server_factory(tiny_model, "tiny")
+    register_backend(
+        server, kind="vllm", url=llm.url, model="tiny", tokenizer=str(tiny_model), policy_version=0
+    )
     with httpx.Client(base_url=server.url, timeout=120) as http:
-        spec = {"id": "policy", "kind": "vllm", "url": llm.url, "model": "tiny"}
-        made = http.post(
-            "/v1/llm/backends", json={**spec, "tokenizer": str(tiny_model), "policy_version": 0}
-        )
-        assert made.status_code == 201, made.text
         batch = http.post("/v1/jobs/batch", json={"jobs": [_job(i) for i in range(ROLLOUTS)]})
         assert batch.status_code == 202, batch.text
 
         # Once the rollouts are under way (turns served, most rollouts not finished) …
         _until(lambda: _served(http) >= ROLLOUTS + 8)
+        if server_pause:
+            frozen = httpx.post(f"{llm.root}/pause", params={"mode": server_pause})
+            assert frozen.json() == {"status": "paused"}
+            stalled = http.post("/v1/llm/models/tiny/pause", json={"mode": mode, "timeout_s": 0})
+            assert stalled.json()["in_flight"] > 0  # calls stalled inside the server
+            time.sleep(7)  # past llm_request_timeout_s: those calls time out
+            backend = http.get("/v1/llm/backends").json()[0]
+            assert backend["healthy"] and backend["failures"] == 0, backend  # nothing ejected
+            assert httpx.post(f"{llm.root}/resume").json() == {"status": "resumed"}
         paused = http.post("/v1/llm/models/tiny/pause", json={"mode": mode}).json()
         assert paused["paused"] and paused["mode"] == mode and paused["in_flight"] == 0, paused
         assert [b["paused"] for b in http.get("/v1/llm/backends").json()] == [True]

@@ -32,7 +32,12 @@ class _ServiceCollector(Collector):
             jobs.add_metric([name], count)
         sandboxes = GaugeMetricFamily("rollserve_live_sandboxes", "sandboxes open on this node")
         sandboxes.add_metric([], status["live_sandboxes"])
-        yield from (depth, active, size, jobs, sandboxes)
+        paused = GaugeMetricFamily(
+            "rollserve_model_paused_seconds", "how long a paused model has been", labels=["model"]
+        )
+        for state in status["paused_models"]:
+            paused.add_metric([state["model"]], state["paused_s"])
+        yield from (depth, active, size, jobs, sandboxes, paused)
 
 
 def render_metrics(service: RolloutService) -> tuple[bytes, str]:
