@@ -41,6 +41,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         default_factory=_default_data_dir, description="SQLite store and sandbox state live here"
     )
+    store_url: str | None = Field(
+        None,
+        description="the job store: sqlite://PATH (default: DATA_DIR/jobs.db); the scheme picks "
+        "the store",
+    )
     default_sandbox_backend: str = "bwrap"
     tools_dir: Path = Field(
         Path("/opt/rollserve"),
@@ -115,8 +120,13 @@ class Settings(BaseSettings):
 
     @property
     def job_db(self) -> Path:
-        """The SQLite job store."""
+        """The default SQLite job store."""
         return self.data_dir / "jobs.db"
+
+    @property
+    def store_location(self) -> str:
+        """The job store's URL: ``store_url``, or the default SQLite file."""
+        return self.store_url or f"sqlite://{self.job_db}"
 
     @property
     def image_cache(self) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -55,3 +56,18 @@ def test_bad_arguments_are_refused(args: list[str], tmp_path: Path) -> None:
     proc = _run(*args, data_dir=tmp_path)
     assert proc.returncode == 2
     assert "Usage" in proc.stderr or "Error" in proc.stderr
+
+
+def test_serve_refuses_a_store_url_that_names_no_store(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [ROLLSERVE, "serve", "--port", "1", "--data-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "ROLLSERVE_STORE_URL": "mysql://db/rollserve"},
+    )
+    assert proc.returncode != 0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert "store_url 'mysql://db/rollserve'" in proc.stderr and "known: sqlite" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(lines) <= 2, proc.stderr

@@ -31,7 +31,8 @@ from rollserve.sandbox import SandboxManager
 from rollserve.schema.backends import BackendSpec
 from rollserve.schema.jobs import TERMINAL, JobRequest
 from rollserve.settings import Settings
-from rollserve.storage import JobRecord, NewJob, SqliteJobStore
+from rollserve.storage import JobRecord, NewJob
+from rollserve.storage.registry import open_store
 from rollserve.testing.pipeline import EchoHandler, ScriptAgent
 
 MODEL = "bench-model"
@@ -113,7 +114,7 @@ class Rig:
             llm_health_interval_s=3600.0,
             **settings,
         )
-        self.store = SqliteJobStore(self.settings.job_db)
+        self.store = open_store(self.settings)
         self.sandboxes = SandboxManager(self.settings)
         self._factory = ScriptedToolFactory(script)
         kinds: Registry[BackendFactory] = Registry("backend kind")

@@ -31,6 +31,7 @@ from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
+from rollserve.storage.registry import open_store
 
 app = typer.Typer(
     help="rollserve: Rollout-as-a-Service for multi-turn LLM agents.",
@@ -252,6 +253,7 @@ def serve_cmd(
         eval_workers=eval_workers,
         max_queued=max_queued,
     )
+    open_store(settings).close()  # a store_url that names no usable store: one line, no server
     serve(settings, host, port, plugins or [])
 
 

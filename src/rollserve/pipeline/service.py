@@ -18,7 +18,8 @@ from rollserve.pipeline.stages import Plugins, StageRunner, validate
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
 from rollserve.settings import Settings
-from rollserve.storage import JobRecord, NewJob, SqliteJobStore, Stage, Submitted
+from rollserve.storage import JobRecord, NewJob, Stage, Submitted
+from rollserve.storage.registry import open_store
 
 # Long-polls wake on this node's changes at once; other nodes' changes are seen this often.
 _WAIT_POLL_S = 1.0
@@ -30,7 +31,7 @@ class RolloutService:
     def __init__(self, settings: Settings, plugins: Plugins) -> None:
         self.settings = settings
         self.plugins = plugins
-        self.store = SqliteJobStore(settings.job_db)
+        self.store = open_store(settings)
         self.sandboxes = SandboxManager(settings)
         templates = TemplateCache()
         self.router = Router(settings, self.store, default_kinds(templates))
@@ -119,14 +120,17 @@ class RolloutService:
                 return found
             await self.scheduler.changes.wait(changed, min(_WAIT_POLL_S, end - time.monotonic()))
 
-    def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, Any]:
+        """The node's figures; the store is read off the event loop."""
         settings = self.settings
         pools = {
             Stage.INIT: settings.init_workers,
             Stage.RUN: settings.run_workers,
             Stage.EVAL: settings.eval_workers,
         }
-        depth = self.store.waiting()
+        depth, counts, head = await asyncio.to_thread(
+            lambda: (self.store.waiting(), self.store.counts(), self.store.results_head())
+        )
         return {
             "node": self.scheduler.node,
             "uptime_s": round(time.time() - self.started, 3),
@@ -138,8 +142,8 @@ class RolloutService:
                 }
                 for stage, size in pools.items()
             },
-            "jobs": self.store.counts(),
-            "results_cursor": self.store.results_head(),
+            "jobs": counts,
+            "results_cursor": head,
             "live_sandboxes": len(self.sandboxes.live),
             "backends": [b.model_dump(mode="json") for b in self.router.views()],
             "paused_models": [

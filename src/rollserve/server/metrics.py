@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from rollserve.pipeline.service import RolloutService
-
 
 class _ServiceCollector(Collector):
-    def __init__(self, service: RolloutService) -> None:
-        self.service = service
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.status = status
 
     def collect(self):  # type: ignore[no-untyped-def]
-        status = self.service.status()
+        status = self.status
         depth = GaugeMetricFamily(
             "rollserve_stage_queue_depth", "jobs waiting for a worker", labels=["stage"]
         )
@@ -40,8 +40,8 @@ class _ServiceCollector(Collector):
         yield from (depth, active, size, jobs, sandboxes, paused)
 
 
-def render_metrics(service: RolloutService) -> tuple[bytes, str]:
-    """The metrics page and its content type."""
+def render_metrics(status: dict[str, Any]) -> tuple[bytes, str]:
+    """The metrics page of a node's status (``RolloutService.status``) and its content type."""
     registry = CollectorRegistry()
-    registry.register(_ServiceCollector(service))
+    registry.register(_ServiceCollector(status))
     return generate_latest(registry), CONTENT_TYPE_LATEST

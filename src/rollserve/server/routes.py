@@ -116,10 +116,10 @@ async def model_state(model: str, svc: Service) -> ModelState:
 
 @api.get("/status")
 async def status(svc: Service) -> dict[str, Any]:
-    return svc.status()
+    return await svc.status()
 
 
 @metrics_route.get("/metrics")
 async def metrics(svc: Service) -> Response:
-    body, content_type = render_metrics(svc)
+    body, content_type = render_metrics(await svc.status())
     return Response(content=body, media_type=content_type)

@@ -26,6 +26,7 @@ __all__ = [
     "JobStore",
     "NewJob",
     "Stage",
+    "Store",
     "Submitted",
 ]
 
@@ -201,3 +202,7 @@ class BackendStore(Protocol):
     def delete_backend(self, backend_id: str) -> bool:
         """Forget a backend; False if it was not registered."""
         ...
+
+
+class Store(JobStore, BackendStore, Protocol):
+    """A job store that also keeps the inference backends: what a node runs on."""
