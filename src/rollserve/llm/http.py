@@ -113,15 +113,16 @@ class HttpBackend:
                 + ", ".join(str(s) for s in served),
                 field="model",
             )
-        card = next(m for m in listing["data"] if m.get("id") == self.view.model)
-        self.view = self.view.model_copy(update={"context_limit": self._context(card)})
         if self.view.tokenizer is not None:
             if not self.supports_tokens:
                 raise InvalidInputError(
                     f"kind {self.view.kind!r} has no token mode; a tokenizer needs vllm or sglang",
                     field="tokenizer",
                 )
-            self.templates.get(self.view.tokenizer)
+            await self.templates.aget(self.view.tokenizer)
+        card = next(m for m in listing["data"] if m.get("id") == self.view.model)
+        self.view = self.view.model_copy(update={"context_limit": self._context(card)})
+        if self.view.tokenizer is not None:
             await self.probe_tokens()
         self.view = self.view.model_copy(update={"warnings": await self.warnings()})
 

@@ -59,7 +59,7 @@ class ModelSession:
         self.logprob_mode = backend.view.logprob_mode
         if self.token_mode:
             assert backend.view.tokenizer is not None
-            self.template = self._templates.get(backend.view.tokenizer)
+            self.template = await self._templates.aget(backend.view.tokenizer)
         limits = [n for n in (backend.view.context_limit, self._max_length()) if n]
         self.context_limit = min(limits) if limits else None
 

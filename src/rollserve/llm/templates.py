@@ -3,6 +3,7 @@ rendered to token ids, and the token suffix that new messages add to a conversat
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from pathlib import Path
@@ -132,3 +133,7 @@ class TemplateCache:
                 template = ChatTemplate(tokenizer_dir)
                 self._templates[tokenizer_dir] = template
             return template
+
+    async def aget(self, tokenizer_dir: str) -> ChatTemplate:
+        """``get`` off the event loop: loading a tokenizer reads and parses files."""
+        return await asyncio.to_thread(self.get, tokenizer_dir)
