@@ -8,12 +8,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from rollserve.client import AsyncRolloutClient, RolloutClient
 from rollserve.errors import RemoteError
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import Server
+from tests.servers import free_port
 
 
 def _job(i: int) -> dict[str, object]:
@@ -99,3 +101,31 @@ def test_submit_and_status_commands(server_factory: Callable[..., Server], tmp_p
         timeout=60,
     )
     assert refused.returncode == 2 and "bad.jsonl:1" in refused.stderr
+
+
+def test_the_client_fails_over_to_another_node(server_factory: Callable[..., Server]) -> None:
+    """A node that does not answer (nothing listens at the first URL) is skipped; a job
+    without an id gets one from the client, so that sending it again creates nothing new."""
+    server = server_factory()
+    server.start()
+    dead = f"http://127.0.0.1:{free_port()}"
+    job = {
+        "task": {"task_id": "f", "kind": "echo", "prompt": "x"},
+        "agent": {"name": "submit", "submission": "x"},
+    }
+    with RolloutClient([dead, server.url], retries=0) as client:
+        accepted = client.submit(job)
+        assert accepted.created and len(accepted.job_id) == 32
+        assert client.wait(accepted.job_id, timeout=60).status == "completed"
+    with RolloutClient([dead], retries=0) as alone, pytest.raises(httpx.ConnectError):
+        alone.status()
+
+
+async def test_the_async_client_fails_over_too(server_factory: Callable[..., Server]) -> None:
+    server = server_factory()
+    server.start()
+    dead = f"http://127.0.0.1:{free_port()}"
+    async with AsyncRolloutClient([dead, server.url], retries=0) as client:
+        assert (await client.status())["node"]
+        done = await client.submit_batch([_job(7)])
+        assert [a.job_id for a in done] == ["c7"]

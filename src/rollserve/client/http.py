@@ -4,7 +4,8 @@ pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server s
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -25,8 +26,19 @@ _LONG_POLL_S = 30.0
 
 
 def _body(request: JobRequest | dict[str, Any]) -> dict[str, Any]:
+    """The request as sent: a job without an id gets one here, so that a submit sent again
+    (to another node, after a connection failed mid-request) is idempotent."""
     model = request if isinstance(request, JobRequest) else JobRequest.model_validate(request)
+    if model.job_id is None:
+        model = model.model_copy(update={"job_id": uuid.uuid4().hex})
     return model.model_dump(mode="json", exclude_none=True)
+
+
+def _urls(url: str | Sequence[str]) -> list[str]:
+    urls = [url] if isinstance(url, str) else list(url)
+    if not urls:
+        raise ValueError("give at least one server URL")
+    return [u.rstrip("/") for u in urls]
 
 
 def _check(response: httpx.Response) -> httpx.Response:
@@ -57,17 +69,33 @@ def _headers(token: str | None) -> dict[str, str]:
 
 
 class RolloutClient:
-    """A blocking client; connection failures are retried ``retries`` times."""
+    """A blocking client. ``url`` may list several nodes of one fleet: a call whose node does
+    not answer (connection failures are retried ``retries`` times first) goes to the next."""
 
     def __init__(
-        self, url: str, *, token: str | None = None, timeout: float = 60.0, retries: int = 3
+        self,
+        url: str | Sequence[str],
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
     ) -> None:
+        self._urls, self._at = _urls(url), 0
         self._http = httpx.Client(
-            base_url=url.rstrip("/"),
             headers=_headers(token),
             timeout=timeout + _LONG_POLL_S,
             transport=httpx.HTTPTransport(retries=retries),
         )
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        for tried in range(len(self._urls)):
+            try:
+                return self._http.request(method, self._urls[self._at] + path, **kwargs)
+            except httpx.TransportError:
+                if tried == len(self._urls) - 1:
+                    raise
+                self._at = (self._at + 1) % len(self._urls)
+        raise AssertionError("unreachable")
 
     def close(self) -> None:
         self._http.close()
@@ -80,15 +108,17 @@ class RolloutClient:
 
     def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
         return Accepted.model_validate(
-            _check(self._http.post("/v1/jobs", json=_body(request))).json()
+            _check(self._request("POST", "/v1/jobs", json=_body(request))).json()
         )
 
     def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
-        answer = self._http.post("/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]})
+        answer = self._request(
+            "POST", "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
+        )
         return BatchAccepted.model_validate(_check(answer).json()).jobs
 
     def get(self, job_id: str, *, wait: float = 0) -> JobView:
-        answer = self._http.get(f"/v1/jobs/{job_id}", params={"wait": wait})
+        answer = self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
         return JobView.model_validate(_check(answer).json())
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobView:
@@ -101,8 +131,8 @@ class RolloutClient:
 
     def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
         """One page of the results feed (long-polling up to ``wait`` for the first result)."""
-        answer = self._http.get(
-            "/v1/results", params={"after": after, "limit": limit, "wait": wait}
+        answer = self._request(
+            "GET", "/v1/results", params={"after": after, "limit": limit, "wait": wait}
         )
         return ResultsPage.model_validate(_check(answer).json())
 
@@ -121,24 +151,24 @@ class RolloutClient:
                     return
 
     def cancel(self, job_id: str) -> JobView:
-        return JobView.model_validate(_check(self._http.delete(f"/v1/jobs/{job_id}")).json())
+        return JobView.model_validate(_check(self._request("DELETE", f"/v1/jobs/{job_id}")).json())
 
     def cancel_group(self, group_id: str) -> list[str]:
-        answer = _check(self._http.post(f"/v1/groups/{group_id}/cancel"))
+        answer = _check(self._request("POST", f"/v1/groups/{group_id}/cancel"))
         return GroupCancelled.model_validate(answer.json()).cancelled
 
     def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
         body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
         return BackendView.model_validate(
-            _check(self._http.post("/v1/llm/backends", json=body)).json()
+            _check(self._request("POST", "/v1/llm/backends", json=body)).json()
         )
 
     def backends(self) -> list[BackendView]:
-        answer = _check(self._http.get("/v1/llm/backends")).json()
+        answer = _check(self._request("GET", "/v1/llm/backends")).json()
         return [BackendView.model_validate(b) for b in answer]
 
     def remove_backend(self, backend_id: str) -> None:
-        _check(self._http.delete(f"/v1/llm/backends/{backend_id}"))
+        _check(self._request("DELETE", f"/v1/llm/backends/{backend_id}"))
 
     def pause_model(
         self,
@@ -150,34 +180,49 @@ class RolloutClient:
     ) -> ModelState:
         """Pause ``model`` for a weight update; returns once its calls in flight are done."""
         body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
-        answer = self._http.post(
-            f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
+        answer = self._request(
+            "POST", f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
         )
         return ModelState.model_validate(_check(answer).json())
 
     def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
         """Resume ``model``, its backends now serving ``policy_version``."""
         body = ResumeRequest(policy_version=policy_version).model_dump()
-        answer = self._http.post(f"/v1/llm/models/{model}/resume", json=body)
+        answer = self._request("POST", f"/v1/llm/models/{model}/resume", json=body)
         return ModelState.model_validate(_check(answer).json())
 
     def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = _check(self._http.get("/v1/status")).json()
+        data: dict[str, Any] = _check(self._request("GET", "/v1/status")).json()
         return data
 
 
 class AsyncRolloutClient:
-    """The same API for asyncio trainers."""
+    """The same API for asyncio trainers, with the same failover between nodes."""
 
     def __init__(
-        self, url: str, *, token: str | None = None, timeout: float = 60.0, retries: int = 3
+        self,
+        url: str | Sequence[str],
+        *,
+        token: str | None = None,
+        timeout: float = 60.0,
+        retries: int = 3,
     ) -> None:
+        self._urls, self._at = _urls(url), 0
         self._http = httpx.AsyncClient(
-            base_url=url.rstrip("/"),
             headers=_headers(token),
             timeout=timeout + _LONG_POLL_S,
             transport=httpx.AsyncHTTPTransport(retries=retries),
         )
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        for tried in range(len(self._urls)):
+            try:
+                return await self._http.request(method, self._urls[self._at] + path, **kwargs)
+            except httpx.TransportError:
+                if tried == len(self._urls) - 1:
+                    raise
+                self._at = (self._at + 1) % len(self._urls)
+        raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -189,17 +234,17 @@ class AsyncRolloutClient:
         await self.aclose()
 
     async def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
-        answer = await self._http.post("/v1/jobs", json=_body(request))
+        answer = await self._request("POST", "/v1/jobs", json=_body(request))
         return Accepted.model_validate(_check(answer).json())
 
     async def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
-        answer = await self._http.post(
-            "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
+        answer = await self._request(
+            "POST", "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
         )
         return BatchAccepted.model_validate(_check(answer).json()).jobs
 
     async def get(self, job_id: str, *, wait: float = 0) -> JobView:
-        answer = await self._http.get(f"/v1/jobs/{job_id}", params={"wait": wait})
+        answer = await self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
         return JobView.model_validate(_check(answer).json())
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
@@ -211,8 +256,8 @@ class AsyncRolloutClient:
 
     async def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
         """One page of the results feed (long-polling up to ``wait`` for the first result)."""
-        answer = await self._http.get(
-            "/v1/results", params={"after": after, "limit": limit, "wait": wait}
+        answer = await self._request(
+            "GET", "/v1/results", params={"after": after, "limit": limit, "wait": wait}
         )
         return ResultsPage.model_validate(_check(answer).json())
 
@@ -231,24 +276,24 @@ class AsyncRolloutClient:
                     return
 
     async def cancel(self, job_id: str) -> JobView:
-        answer = await self._http.delete(f"/v1/jobs/{job_id}")
+        answer = await self._request("DELETE", f"/v1/jobs/{job_id}")
         return JobView.model_validate(_check(answer).json())
 
     async def cancel_group(self, group_id: str) -> list[str]:
-        answer = _check(await self._http.post(f"/v1/groups/{group_id}/cancel"))
+        answer = _check(await self._request("POST", f"/v1/groups/{group_id}/cancel"))
         return GroupCancelled.model_validate(answer.json()).cancelled
 
     async def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
         body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
-        answer = await self._http.post("/v1/llm/backends", json=body)
+        answer = await self._request("POST", "/v1/llm/backends", json=body)
         return BackendView.model_validate(_check(answer).json())
 
     async def backends(self) -> list[BackendView]:
-        answer = _check(await self._http.get("/v1/llm/backends")).json()
+        answer = _check(await self._request("GET", "/v1/llm/backends")).json()
         return [BackendView.model_validate(b) for b in answer]
 
     async def remove_backend(self, backend_id: str) -> None:
-        _check(await self._http.delete(f"/v1/llm/backends/{backend_id}"))
+        _check(await self._request("DELETE", f"/v1/llm/backends/{backend_id}"))
 
     async def pause_model(
         self,
@@ -260,17 +305,17 @@ class AsyncRolloutClient:
     ) -> ModelState:
         """Pause ``model`` for a weight update; returns once its calls in flight are done."""
         body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
-        answer = await self._http.post(
-            f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
+        answer = await self._request(
+            "POST", f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
         )
         return ModelState.model_validate(_check(answer).json())
 
     async def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
         """Resume ``model``, its backends now serving ``policy_version``."""
         body = ResumeRequest(policy_version=policy_version).model_dump()
-        answer = await self._http.post(f"/v1/llm/models/{model}/resume", json=body)
+        answer = await self._request("POST", f"/v1/llm/models/{model}/resume", json=body)
         return ModelState.model_validate(_check(answer).json())
 
     async def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = _check(await self._http.get("/v1/status")).json()
+        data: dict[str, Any] = _check(await self._request("GET", "/v1/status")).json()
         return data
