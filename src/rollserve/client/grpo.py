@@ -76,11 +76,16 @@ class GrpoBatch(BaseModel):
 
 
 def group_advantages(
-    rewards: Sequence[float], *, scale_by_std: bool = True, eps: float = 1e-6
+    rewards: Sequence[float],
+    *,
+    scale_by_std: bool = True,
+    eps: float = 1e-6,
+    population: bool = False,
 ) -> list[float]:
     """``(r - mean) / (std + eps)`` over one group (std: the sample standard deviation, as TRL
-    and veRL compute it; 0 for a single sample), or ``r - mean`` without ``scale_by_std``."""
-    mean, std = _stats(rewards)
+    and veRL compute it; 0 for a single sample; the population's with ``population``, as TRL's
+    asynchronous worker does), or ``r - mean`` without ``scale_by_std``."""
+    mean, std = group_stats(rewards, population=population)
     if not scale_by_std:
         return [r - mean for r in rewards]
     if std + eps == 0:  # all equal, and eps 0: nothing to scale
@@ -88,13 +93,16 @@ def group_advantages(
     return [(r - mean) / (std + eps) for r in rewards]
 
 
-def _stats(rewards: Sequence[float]) -> tuple[float, float]:
+def group_stats(rewards: Sequence[float], *, population: bool = False) -> tuple[float, float]:
+    """The mean and standard deviation of a group's rewards (sample std unless
+    ``population``)."""
     if not rewards:
         return 0.0, 0.0
     mean = sum(rewards) / len(rewards)
     if len(rewards) < 2:
         return mean, 0.0
-    return mean, math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+    spread = sum((r - mean) ** 2 for r in rewards)
+    return mean, math.sqrt(spread / (len(rewards) if population else len(rewards) - 1))
 
 
 def _group_id(job: JobView) -> str:
@@ -105,7 +113,7 @@ def make_group(group_id: str, jobs: Sequence[JobView], config: GrpoConfig) -> Gr
     """Score one group of completed token-mode jobs; ``kept`` is False when dynamic sampling
     drops it (all rewards equal)."""
     rewards = [_result(job).reward for job in jobs]
-    mean, std = _stats(rewards)
+    mean, std = group_stats(rewards)
     kept = not (config.drop_uniform and all(r == rewards[0] for r in rewards))
     advantages = group_advantages(rewards, scale_by_std=config.scale_by_std, eps=config.eps)
     samples = []

@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import queue
 import threading
 import time
@@ -28,7 +27,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import httpx
+
+from rollserve.client.grpo import group_advantages, group_stats
 from rollserve.client.http import AsyncRolloutClient
+from rollserve.errors import RollserveError
 from rollserve.schema.jobs import AgentConfig, JobRequest, JobView, Sampling, Task
 
 log = logging.getLogger(__name__)
@@ -162,7 +165,8 @@ class RollserveRolloutWorker:
             accepted = await client.submit_batch(requests)
             views = [await client.wait(a.job_id) for a in accepted]
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):  # best effort: the worker is stopping
+            # Best effort: the worker is stopping; jobs it cannot cancel finish unread.
+            with contextlib.suppress(RollserveError, httpx.HTTPError):
                 await asyncio.shield(client.cancel_group(group_id))
             raise
         usable = [v for v in views if _usable(v)]
@@ -176,10 +180,9 @@ class RollserveRolloutWorker:
         if len(usable) < 2:
             return
         rewards = [v.result.reward for v in usable if v.result is not None]
-        mean = sum(rewards) / len(rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
-        for view, reward in zip(usable, rewards, strict=True):
-            advantage = (reward - mean) / (std + 1e-8)
+        mean, std = group_stats(rewards, population=True)
+        advantages = group_advantages(rewards, eps=1e-8, population=True)
+        for view, advantage in zip(usable, advantages, strict=True):
             self.rollout_buffer.put(_sample(view, advantage, serial, version))
         self.groups_done += 1
         self._last_sample = time.monotonic()

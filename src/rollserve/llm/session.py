@@ -66,6 +66,10 @@ class ModelSession:
     def _max_length(self) -> int | None:
         return self.template.max_length if self.template is not None else None
 
+    def paused(self) -> bool:
+        """Whether the model is paused for a weight update now."""
+        return self._route.pauses.paused(self._route.model)
+
     def stalled_s(self) -> float:
         """Seconds the model has been paused in all (a rollout's timeout leaves them out)."""
         return self._route.pauses.stalled_s(self._route.model)
@@ -118,7 +122,11 @@ class ModelSession:
             left = replace(sampling, max_tokens=remaining)
             done, view = await self._route.call(partial(self._generate, prompt_ids + ids, left))
             if done.token_ids or done.finish_reason != "abort":  # an empty abort made nothing
-                segments.append(self._segment(view.id, view.policy_version, done))
+                segments.append(
+                    self._segment(
+                        view, len(done.token_ids), done.finish_reason, done.weight_version
+                    )
+                )
             aborts += done.finish_reason == "abort"
             ids += done.token_ids
             logprobs += done.logprobs
@@ -161,18 +169,13 @@ class ModelSession:
             attempt += 1
             await self._resume_after_abort(attempt, view.id)
         usage = done.usage
-        segment = Segment(
-            backend_id=view.id,
-            policy_version=view.policy_version,
-            generated_tokens=int(usage.get("completion_tokens", 0)),
-            finish_reason=done.finish_reason,
-        )
-        self._record(view.policy_version)
+        generated = int(usage.get("completion_tokens", 0))
+        segment = self._segment(view, generated, done.finish_reason)
         info = self._turn(
             view,
             done.finish_reason,
             int(usage.get("prompt_tokens", 0)),
-            int(usage.get("completion_tokens", 0)),
+            generated,
             [segment],
         )
         info.sampling = sampling.fields()
@@ -195,7 +198,7 @@ class ModelSession:
                 f"backend {backend_id}: the turn's generation was aborted {aborted} times",
                 backend_id=backend_id,
             )
-        if self._route.pauses.paused(self._route.model):
+        if self.paused():
             await self._route.settle()
         else:  # aborted by the server itself: give it a moment before resuming
             await asyncio.sleep(min(0.05 * 2**aborted, 5.0))
@@ -203,19 +206,23 @@ class ModelSession:
     def _seeded(self, sampling: SamplingParams) -> SamplingParams:
         return sampling if sampling.seed is not None else replace(sampling, seed=self.seed)
 
-    def _segment(self, backend_id: str, version: int | None, done: TokenCompletion) -> Segment:
-        self._record(version)
+    def _segment(
+        self,
+        view: BackendView,
+        generated: int,
+        finish: str,
+        weight_version: str | None = None,
+    ) -> Segment:
+        """One request's record; its version joins the trajectory's."""
+        if view.policy_version is not None:
+            self.versions.append(view.policy_version)
         return Segment(
-            backend_id=backend_id,
-            policy_version=version,
-            weight_version=done.weight_version,
-            generated_tokens=len(done.token_ids),
-            finish_reason=done.finish_reason,
+            backend_id=view.id,
+            policy_version=view.policy_version,
+            weight_version=weight_version,
+            generated_tokens=generated,
+            finish_reason=finish,
         )
-
-    def _record(self, version: int | None) -> None:
-        if version is not None:
-            self.versions.append(version)
 
     @staticmethod
     def _turn(

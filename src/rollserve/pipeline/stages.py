@@ -162,14 +162,18 @@ def _result(output: RunOutput, evaluation: Evaluation) -> RolloutResult:
 
 async def _expire(limit: asyncio.Timeout, timeout_s: float, llm: ModelSession | None) -> None:
     """End the run once it has been active ``timeout_s``: time its model spent paused for a
-    weight update does not count."""
+    weight update does not count. It wakes at the deadline, and again only while a pause
+    moves the deadline on."""
     loop = asyncio.get_running_loop()
     started = loop.time()
     paused = llm.stalled_s() if llm is not None else 0.0
     while True:
+        if llm is not None and llm.paused():  # paused time never ends a run
+            await asyncio.sleep(1.0)
+            continue
         stalled = (llm.stalled_s() if llm is not None else 0.0) - paused
         left = started + timeout_s + stalled - loop.time()
         if left <= 0:
             limit.reschedule(loop.time())
             return
-        await asyncio.sleep(min(left, 1.0))
+        await asyncio.sleep(left)
