@@ -12,6 +12,9 @@ have setpriv || missing+=(util-linux)
 have debootstrap || missing+=(debootstrap)
 have less || missing+=(less)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+# PostgreSQL: the shared job store's client library, and a server that the tests start.
+ldconfig -p | grep -q 'libpq\.so\.5' || missing+=(libpq5)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -1,14 +1,20 @@
-"""Fixtures shared by every test: a private data directory and a sandbox manager over it."""
+"""Fixtures shared by every test: a private data directory, a sandbox manager over it, the
+tiny model, a PostgreSQL server."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
+
+if TYPE_CHECKING:
+    from rollserve.testing.postgres import TempPostgres
 
 
 @pytest.fixture
@@ -31,3 +37,25 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 from tests.swe_tasks import prepared  # noqa: E402, F401  (the session fixture, registered once)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[TempPostgres]:
+    """One throwaway PostgreSQL server for the session; each test makes its own database.
+    Missing PostgreSQL skips the test here, and fails it in CI."""
+    from rollserve.testing.postgres import TempPostgres, postgres_bin
+
+    if postgres_bin() is None:
+        message = "PostgreSQL is not installed (make setup installs it)"
+        if Settings().ci:
+            pytest.fail(message)
+        pytest.skip(message)
+    server = TempPostgres().start()  # not under basetemp: the postgres user cannot enter it
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def pg_url(postgres: TempPostgres) -> str:
+    """A new empty database on the session's PostgreSQL server."""
+    return postgres.create(f"t{uuid.uuid4().hex[:12]}")

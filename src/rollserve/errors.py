@@ -209,3 +209,16 @@ class SandboxDiedError(InfrastructureError):
     """The sandbox's processes died underneath a running command."""
 
     code = "sandbox_died"
+
+
+class StoreUnavailableError(InfrastructureError):
+    """The job store does not answer (a database restarting, a network partition)."""
+
+    code = "store_unavailable"
+
+
+class StoreSchemaError(RollserveError):
+    """The job store's schema is newer than this rollserve knows: upgrade rollserve."""
+
+    code = "store_schema"
+    http_status = 500

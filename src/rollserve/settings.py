@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, SecretStr, ValidationError
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -43,8 +43,20 @@ class Settings(BaseSettings):
     )
     store_url: str | None = Field(
         None,
-        description="the job store: sqlite://PATH (default: DATA_DIR/jobs.db); the scheme picks "
-        "the store",
+        description="the job store: sqlite://PATH (default: DATA_DIR/jobs.db) or "
+        "postgresql://USER@HOST:PORT/DB; the scheme picks the store",
+    )
+    store_password: SecretStr | None = Field(
+        None, description="the PostgreSQL password, if not in store_url (never logged)"
+    )
+    store_password_file: Path | None = Field(
+        None, description="a file holding the PostgreSQL password (e.g. a mounted secret)"
+    )
+    store_pool_size: int = Field(
+        10, ge=1, description="connections a node keeps to a PostgreSQL store at most"
+    )
+    node_id: str | None = Field(
+        None, description="this node's stable name in the fleet (default: the host name)"
     )
     default_sandbox_backend: str = "bwrap"
     tools_dir: Path = Field(

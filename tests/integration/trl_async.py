@@ -81,7 +81,9 @@ def task(row: dict[str, Any]) -> dict[str, Any]:
         "task_id": f"kw-{number}",
         "kind": "keyword",
         "prompt": row["prompt"],
-        "keywords": list("abcdefghijklmnopqrstuvwxyz"),  # graded rewards: advantages rarely all zero
+        "keywords": list(
+            "abcdefghijklmnopqrstuvwxyz"
+        ),  # graded rewards: advantages rarely all zero
     }
 
 

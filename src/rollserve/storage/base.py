@@ -5,8 +5,13 @@ job waiting for its stage and holds a *lease* on it, renewed by heartbeats; it t
 the job to the next stage, *finishes* it, or *requeues* it after an infrastructure failure. A
 lease that is not renewed expires and the job becomes claimable again, so that a dead worker —
 or a dead node sharing the store — loses no job. Nothing in the store assumes it is the only
-process using it: SQLite serialises writers, and a PostgreSQL store would claim with
+process using it: SQLite serialises writers, and PostgreSQL claims with
 ``SELECT … FOR UPDATE SKIP LOCKED``.
+
+A *node* (one ``rollserve serve`` process) announces itself with the same heartbeat that
+renews its leases; a node that stops beating is gone once its row expires, and any node's
+``recover`` then hands its jobs — leased, or made and waiting for its run pool — to the others.
+Time is the store's own (the database's clock on PostgreSQL), never a node's.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ __all__ = [
     "JobStatus",
     "JobStore",
     "NewJob",
+    "NodeRecord",
     "Stage",
     "Store",
     "Submitted",
@@ -92,6 +98,18 @@ class Submitted:
     created: bool  # False: the id was known and the earlier job stands (idempotent submit)
 
 
+@dataclass(frozen=True)
+class NodeRecord:
+    """One node of the fleet as its last heartbeat left it."""
+
+    owner: str  # the lease owner: unique to one run of one process
+    node_id: str  # the node's stable name (settings.node_id, default the host name)
+    info: dict[str, Any]  # what the node reports: workers, load
+    started: float
+    seen: float
+    alive: bool  # its heartbeat has not expired (by the store's clock)
+
+
 class JobStore(Protocol):
     """Durable jobs with claim / lease / heartbeat semantics (see the module docstring)."""
 
@@ -108,11 +126,35 @@ class JobStore(Protocol):
         ``owner``; None when there is none."""
         ...
 
-    def heartbeat(self, job_ids: list[str], owner: str, lease_s: float) -> list[str]:
+    def heartbeat(
+        self,
+        job_ids: list[str],
+        owner: str,
+        lease_s: float,
+        *,
+        node: tuple[str, dict[str, Any]] | None = None,
+    ) -> list[str]:
         """Renew ``owner``'s leases on ``job_ids`` — a lease that ran out is renewed too while
         nobody else took the job — and return the ids whose work must stop: another owner
         holds the job now, or a cancel was requested (the worker then calls ``finish``). A job
-        that is between stages or done is neither renewed nor returned."""
+        that is between stages or done is neither renewed nor returned. ``node`` (its stable
+        name and what it reports) keeps the owner's node row alive for ``lease_s`` as well."""
+        ...
+
+    def nodes(self) -> list[NodeRecord]:
+        """The nodes that beat recently (dead ones stay listed for a while), oldest first."""
+        ...
+
+    def leave(self, owner: str) -> list[str]:
+        """A node stops cleanly: every job it holds or keeps waiting for its run pool goes
+        back to the queue at once (a job in eval stays in eval), and its row goes."""
+        ...
+
+    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``on_event`` (from another thread) when any node changes a job: ``init`` or
+        ``eval`` (work for that stage), ``done``, ``cancel``; ``*`` when events may have been
+        missed. A store that cannot tell (SQLite) never calls it; nodes then poll. Returns
+        the function that stops the subscription."""
         ...
 
     def advance(
@@ -163,8 +205,11 @@ class JobStore(Protocol):
         ...
 
     def recover(self, alive: Callable[[str], bool]) -> list[str]:
-        """Release the leases of owners that are gone (a restart: their sandboxes are gone
-        too, so a job in ``run`` goes back to ``init``); returns the job ids released."""
+        """Release the jobs of owners that are gone — ``alive(owner)`` says no (a process of
+        this host that died), or the owner's node row and the job's lease have both expired
+        — and end those of them a client cancelled. Their sandboxes are gone too, so a job
+        in ``init`` or ``run`` goes back to ``init``; ``eval`` stays. Returns the job ids
+        released."""
         ...
 
     def purge(self, finished_before: float) -> int:

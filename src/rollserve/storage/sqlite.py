@@ -11,15 +11,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
+from rollserve.errors import (
+    JobConflictError,
+    JobNotFoundError,
+    LeaseLostError,
+    QueueFullError,
+    StoreSchemaError,
+)
 from rollserve.storage.base import (
     STAGE_STATUS,
     JobRecord,
     JobStatus,
     NewJob,
+    NodeRecord,
     Stage,
     Submitted,
 )
+from rollserve.storage.rows import JSON_COLUMNS, merged_timing, to_record
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -55,10 +63,19 @@ CREATE TABLE IF NOT EXISTS backends (
     spec TEXT NOT NULL,
     updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS nodes (
+    owner TEXT PRIMARY KEY,
+    node_id TEXT NOT NULL,
+    info TEXT NOT NULL DEFAULT '{}',
+    started REAL NOT NULL,
+    seen REAL NOT NULL,
+    expires REAL NOT NULL
+);
 """
+SCHEMA_VERSION = 2  # PRAGMA user_version; 1 had no nodes table
+_NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
 
 _CHUNK = 500  # ids per statement, well under SQLite's limit on bound parameters
-_JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
 
 
 class SqliteJobStore:
@@ -73,7 +90,17 @@ class SqliteJobStore:
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            self._db.close()
+            raise StoreSchemaError(
+                f"{path} has schema version {version}; this rollserve knows up to "
+                f"{SCHEMA_VERSION}: upgrade rollserve",
+                found=version,
+                known=SCHEMA_VERSION,
+            )
         self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -167,10 +194,24 @@ class SqliteJobStore:
         record.status, record.attempts = STAGE_STATUS[stage], attempts
         return record
 
-    def heartbeat(self, job_ids: list[str], owner: str, lease_s: float) -> list[str]:
+    def heartbeat(
+        self,
+        job_ids: list[str],
+        owner: str,
+        lease_s: float,
+        *,
+        node: tuple[str, dict[str, Any]] | None = None,
+    ) -> list[str]:
         now = self._clock()
         stop: list[str] = []
         with self._write() as db:
+            if node is not None:
+                db.execute(
+                    "INSERT INTO nodes (owner, node_id, info, started, seen, expires)"
+                    " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (owner) DO UPDATE SET"
+                    " info = excluded.info, seen = excluded.seen, expires = excluded.expires",
+                    (owner, node[0], json.dumps(node[1]), now, now, now + lease_s),
+                )
             for start in range(0, len(job_ids), _CHUNK):
                 chunk = job_ids[start : start + _CHUNK]
                 marks = ",".join("?" * len(chunk))
@@ -342,25 +383,68 @@ class SqliteJobStore:
         now = self._clock()
         released = []
         with self._write() as db:
+            live = {
+                row[0] for row in db.execute("SELECT owner FROM nodes WHERE expires >= ?", (now,))
+            }
             rows = db.execute(
                 "SELECT * FROM jobs WHERE stage != 'done'"
                 " AND (lease_owner IS NOT NULL OR node IS NOT NULL)"
             ).fetchall()
             for row in rows:
                 holder = row["lease_owner"] or row["node"]
-                if alive(holder):
+                leased = row["lease_owner"] is not None and row["lease_expires"] >= now
+                if alive(holder) and (holder in live or leased):
                     continue
-                # A job's sandbox lived in its node until eval: with the node gone, init and
-                # run start again; eval works from the stored run output in a fresh sandbox.
-                stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
-                status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
-                db.execute(
-                    "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL,"
-                    " lease_expires = NULL, node = NULL, updated = ? WHERE seq = ?",
-                    (stage.value, status.value, now, row["seq"]),
-                )
+                self._release(db, row, now)
                 released.append(row["job_id"])
+            db.execute("DELETE FROM nodes WHERE expires < ?", (now - _NODES_KEPT_S,))
         return released
+
+    def _release(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
+        """Give a job of a node that is gone back to the queue (or end it if it was cancelled).
+        Its sandbox lived on that node: init and run start again; eval works from the stored
+        run output in a fresh sandbox."""
+        if row["cancel_requested"]:
+            self._end_cancelled(db, row, now)
+            return
+        stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
+        status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
+        db.execute(
+            "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL,"
+            " lease_expires = NULL, node = NULL, updated = ? WHERE seq = ?",
+            (stage.value, status.value, now, row["seq"]),
+        )
+
+    def leave(self, owner: str) -> list[str]:
+        now = self._clock()
+        with self._write() as db:
+            rows = db.execute(
+                "SELECT * FROM jobs WHERE stage != 'done' AND (lease_owner = ? OR node = ?)",
+                (owner, owner),
+            ).fetchall()
+            for row in rows:
+                self._release(db, row, now)
+            db.execute("DELETE FROM nodes WHERE owner = ?", (owner,))
+        return [row["job_id"] for row in rows]
+
+    def nodes(self) -> list[NodeRecord]:
+        now = self._clock()
+        rows = self._read("SELECT * FROM nodes ORDER BY started, owner")
+        return [
+            NodeRecord(
+                owner=row["owner"],
+                node_id=row["node_id"],
+                info=json.loads(row["info"]),
+                started=row["started"],
+                seen=row["seen"],
+                alive=row["expires"] >= now,
+            )
+            for row in rows
+        ]
+
+    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+        """SQLite cannot tell other processes' changes: nodes on one file poll."""
+        return lambda: None
 
     def purge(self, finished_before: float) -> int:
         with self._write() as db:
@@ -426,17 +510,11 @@ def _dump(value: dict[str, Any] | None) -> str | None:
 
 
 def _merge_timing(row: sqlite3.Row, timing: dict[str, float] | None) -> str:
-    merged = json.loads(row["timing"] or "{}")
-    merged.update(timing or {})
-    return json.dumps(merged)
+    return json.dumps(merged_timing(json.loads(row["timing"] or "{}"), timing))
 
 
 def _record(row: sqlite3.Row) -> JobRecord:
-    data = {key: row[key] for key in row.keys() if key != "seq"}  # noqa: SIM118
-    for key in _JSON_COLUMNS:
+    data = {key: row[key] for key in row.keys()}  # noqa: SIM118
+    for key in JSON_COLUMNS:
         data[key] = json.loads(data[key]) if data[key] is not None else None
-    data["timing"] = data["timing"] or {}
-    data["stage"] = Stage(data["stage"])
-    data["status"] = JobStatus(data["status"])
-    data["cancel_requested"] = bool(data["cancel_requested"])
-    return JobRecord(**data)
+    return to_record(data)

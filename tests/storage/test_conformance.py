@@ -1,45 +1,24 @@
-"""The SQLite job store: idempotent submits, exclusive claims under leases, the results feed,
-cancellation, crash recovery and retention — on a real database file."""
+"""The job store conformance suite, run over every store (SQLite, PostgreSQL): idempotent
+submits, exclusive claims under leases, the results feed, cancellation, crash recovery and
+retention — on real databases."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
-from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
-
-
-class Clock:
-    """A clock the test moves by hand, so leases expire without waiting."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: Clock) -> Iterator[SqliteJobStore]:
-    db = SqliteJobStore(tmp_path / "jobs.db", clock=clock)
-    yield db
-    db.close()
+from rollserve.storage import JobStatus, NewJob, Stage
+from rollserve.storage.base import Store
+from tests.storage.conftest import Clock, StoreKit
 
 
 def _jobs(*ids: str, group: str | None = None, priority: int = 0) -> list[NewJob]:
     return [NewJob(i, {"task": {"task_id": i}}, group_id=group, priority=priority) for i in ids]
 
 
-def test_submit_is_idempotent(store: SqliteJobStore) -> None:
+def test_submit_is_idempotent(store: Store) -> None:
     first = store.submit(_jobs("a", "b"), max_queued=10)
     assert [(s.job_id, s.created) for s in first] == [("a", True), ("b", True)]
     again = store.submit(_jobs("a", "a", "c"), max_queued=10)
@@ -47,13 +26,13 @@ def test_submit_is_idempotent(store: SqliteJobStore) -> None:
     assert store.counts() == {"queued": 3}
 
 
-def test_same_id_with_another_request_is_a_conflict(store: SqliteJobStore) -> None:
+def test_same_id_with_another_request_is_a_conflict(store: Store) -> None:
     store.submit(_jobs("a"), max_queued=10)
     with pytest.raises(JobConflictError, match="'a'"):
         store.submit([NewJob("a", {"task": {"task_id": "other"}})], max_queued=10)
 
 
-def test_a_full_queue_accepts_nothing(store: SqliteJobStore) -> None:
+def test_a_full_queue_accepts_nothing(store: Store) -> None:
     store.submit(_jobs("a", "b"), max_queued=3)
     with pytest.raises(QueueFullError, match="bound of 3"):
         store.submit(_jobs("c", "d"), max_queued=3)
@@ -61,7 +40,7 @@ def test_a_full_queue_accepts_nothing(store: SqliteJobStore) -> None:
     assert [s.created for s in store.submit(_jobs("a", "c"), max_queued=3)] == [False, True]
 
 
-def test_claims_follow_priority_then_age(store: SqliteJobStore) -> None:
+def test_claims_follow_priority_then_age(store: Store) -> None:
     store.submit(_jobs("old"), max_queued=10)
     store.submit(_jobs("new"), max_queued=10)
     store.submit(_jobs("urgent", priority=5), max_queued=10)
@@ -76,20 +55,19 @@ def test_claims_follow_priority_then_age(store: SqliteJobStore) -> None:
     )
 
 
-def test_claims_are_exclusive_across_connections(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    SqliteJobStore(path).submit(_jobs(*(f"j{i}" for i in range(200))), max_queued=1000)
+def test_claims_are_exclusive_across_connections(kit: StoreKit) -> None:
+    kit.open().submit(_jobs(*(f"j{i}" for i in range(200))), max_queued=1000)
     got: list[str] = []
     lock = threading.Lock()
 
     def worker(node: str) -> None:
-        store = SqliteJobStore(path)  # its own connection, as another process would have
+        store = stores[node]  # its own connection, as another process would have
         while (job := store.claim(Stage.INIT, node, 30)) is not None:
             with lock:
                 got.append(job.job_id)
-        store.close()
 
-    threads = [threading.Thread(target=worker, args=(f"node-{n}",)) for n in range(4)]
+    stores = {f"node-{n}": kit.open(own_clock=False) for n in range(4)}
+    threads = [threading.Thread(target=worker, args=(node,)) for node in stores]
     for t in threads:
         t.start()
     for t in threads:
@@ -97,7 +75,7 @@ def test_claims_are_exclusive_across_connections(tmp_path: Path) -> None:
     assert sorted(got) == sorted(f"j{i}" for i in range(200))
 
 
-def test_lease_expiry_heartbeat_and_takeover(store: SqliteJobStore, clock: Clock) -> None:
+def test_lease_expiry_heartbeat_and_takeover(store: Store, clock: Clock) -> None:
     store.submit(_jobs("a"), max_queued=10)
     assert store.claim(Stage.INIT, "node-1", 10) is not None
     clock.now += 8
@@ -115,7 +93,7 @@ def test_lease_expiry_heartbeat_and_takeover(store: SqliteJobStore, clock: Clock
         store.advance("a", "node-1", Stage.RUN)
 
 
-def test_heartbeat_renews_many_and_names_only_what_must_stop(store: SqliteJobStore) -> None:
+def test_heartbeat_renews_many_and_names_only_what_must_stop(store: Store) -> None:
     ids = [f"j{i}" for i in range(1200)]  # more than one statement's worth
     store.submit(_jobs(*ids), max_queued=10_000)
     for _ in ids:
@@ -128,7 +106,7 @@ def test_heartbeat_renews_many_and_names_only_what_must_stop(store: SqliteJobSto
     assert sorted(stop) == sorted(i for i in ids if i not in ("j1", "j2"))
 
 
-def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: SqliteJobStore) -> None:
+def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: Store) -> None:
     store.submit(_jobs("a"), max_queued=10)
     store.claim(Stage.INIT, "node-1", 30)
     store.advance("a", "node-1", Stage.RUN, timing={"init_s": 0.5})
@@ -151,7 +129,7 @@ def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: SqliteJo
         store.finish("a", "node-2", JobStatus.FAILED)
 
 
-def test_results_feed_in_completion_order(store: SqliteJobStore) -> None:
+def test_results_feed_in_completion_order(store: Store) -> None:
     store.submit(_jobs("a", "b", "c"), max_queued=10)
     for _ in range(3):
         store.claim(Stage.INIT, "n", 30)
@@ -164,7 +142,7 @@ def test_results_feed_in_completion_order(store: SqliteJobStore) -> None:
     assert store.results(after=rest[-1].done_seq or 0, limit=10) == []
 
 
-def test_cancel_queued_at_once_running_by_flag(store: SqliteJobStore) -> None:
+def test_cancel_queued_at_once_running_by_flag(store: Store) -> None:
     store.submit(_jobs("q", "r", "s", group="g"), max_queued=10)
     store.claim(Stage.INIT, "n", 30)  # q is running
     assert store.cancel("r").status == JobStatus.CANCELLED
@@ -178,7 +156,7 @@ def test_cancel_queued_at_once_running_by_flag(store: SqliteJobStore) -> None:
         store.cancel("nope")
 
 
-def test_infrastructure_retry_requeues(store: SqliteJobStore) -> None:
+def test_infrastructure_retry_requeues(store: Store) -> None:
     store.submit(_jobs("a"), max_queued=10)
     store.claim(Stage.INIT, "n", 30)
     store.requeue("a", "n", Stage.INIT, error={"code": "sandbox_died"})
@@ -187,14 +165,13 @@ def test_infrastructure_retry_requeues(store: SqliteJobStore) -> None:
     assert (again.attempts, again.error) == (2, {"code": "sandbox_died"})
 
 
-def _claimed_id(store: SqliteJobStore, stage: Stage) -> str | None:
+def _claimed_id(store: Store, stage: Stage) -> str | None:
     job = store.claim(stage, "dead-node", 30)
     return job.job_id if job else None
 
 
-def test_recover_after_a_crash(tmp_path: Path, clock: Clock) -> None:
-    path = tmp_path / "jobs.db"
-    before = SqliteJobStore(path, clock=clock)
+def test_recover_after_a_crash(kit: StoreKit) -> None:
+    before = kit.open()
     before.submit(_jobs("init", "waiting-run", "run", "eval", "queued"), max_queued=10)
     claimed = [before.claim(Stage.INIT, "dead-node", 30) for _ in range(4)]
     assert [j.job_id for j in claimed if j] == ["init", "waiting-run", "run", "eval"]
@@ -205,9 +182,8 @@ def test_recover_after_a_crash(tmp_path: Path, clock: Clock) -> None:
     before.advance("run", "dead-node", Stage.RUN)
     assert _claimed_id(before, Stage.RUN) == "run"
     before.advance("waiting-run", "dead-node", Stage.RUN)  # init done, waiting for a run slot
-    before._db.close()  # a SIGKILL: no orderly close
 
-    after = SqliteJobStore(path, clock=clock)
+    after = kit.open()  # another process, after a SIGKILL of the first
     released = after.recover(alive=lambda node: node != "dead-node")
     assert sorted(released) == ["eval", "init", "run", "waiting-run"]
     records = {j: after.get(j) for j in ("init", "waiting-run", "run", "eval", "queued")}
@@ -224,7 +200,7 @@ def test_recover_after_a_crash(tmp_path: Path, clock: Clock) -> None:
     after.close()
 
 
-def test_retention_purges_old_results(store: SqliteJobStore, clock: Clock) -> None:
+def test_retention_purges_old_results(store: Store, clock: Clock) -> None:
     store.submit(_jobs("old", "new"), max_queued=10)
     store.claim(Stage.INIT, "n", 30)
     store.finish("old", "n", JobStatus.COMPLETED)
@@ -235,9 +211,7 @@ def test_retention_purges_old_results(store: SqliteJobStore, clock: Clock) -> No
     assert store.get("old") is None and store.get("new") is not None
 
 
-def test_results_feed_goes_on_after_everything_was_purged(
-    store: SqliteJobStore, clock: Clock
-) -> None:
+def test_results_feed_goes_on_after_everything_was_purged(store: Store, clock: Clock) -> None:
     store.submit(_jobs("a", "b"), max_queued=10)
     for job_id in ("a", "b"):
         store.claim(Stage.INIT, "n", 30)
@@ -253,14 +227,13 @@ def test_results_feed_goes_on_after_everything_was_purged(
     assert store.results_head() == 3
 
 
-def test_backends_are_kept(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    first = SqliteJobStore(path)
+def test_backends_are_kept(kit: StoreKit) -> None:
+    first = kit.open()
     first.save_backend("b1", {"id": "b1", "url": "http://a/v1"})
     first.save_backend("b2", {"id": "b2", "url": "http://b/v1"})
     first.save_backend("b1", {"id": "b1", "url": "http://c/v1"})  # re-registration replaces
     first.close()
-    second = SqliteJobStore(path)
+    second = kit.open()
     assert {b["id"]: b["url"] for b in second.load_backends()} == {
         "b1": "http://c/v1",
         "b2": "http://b/v1",
@@ -270,20 +243,17 @@ def test_backends_are_kept(tmp_path: Path) -> None:
     second.close()
 
 
-def test_jobs_survive_reopening(tmp_path: Path) -> None:
-    path = tmp_path / "jobs.db"
-    first = SqliteJobStore(path)
+def test_jobs_survive_reopening(kit: StoreKit) -> None:
+    first = kit.open()
     first.submit(_jobs("a"), max_queued=10)
     first.close()
-    second = SqliteJobStore(path)
+    second = kit.open()
     job = second.get("a")
     assert job is not None and job.request == {"task": {"task_id": "a"}}
     second.close()
 
 
-def test_a_cancel_during_a_stage_ends_the_job_at_its_next_step(
-    store: SqliteJobStore, clock: Clock
-) -> None:
+def test_a_cancel_during_a_stage_ends_the_job_at_its_next_step(store: Store, clock: Clock) -> None:
     store.submit(_jobs("a", "b"), max_queued=10)
     store.claim(Stage.INIT, "n", 10)
     store.claim(Stage.INIT, "gone", 10)

@@ -1,0 +1,89 @@
+"""The PostgreSQL store's schema, created and migrated by rollserve itself.
+
+``rollserve_schema`` holds the version the database is at; each migration brings it one
+version on, in one transaction, under an advisory lock so that nodes starting together migrate
+once. A database at a newer version than this code knows is refused: an older rollserve must
+not write into a layout it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from rollserve.errors import StoreSchemaError
+
+CHANNEL = "rollserve"  # NOTIFY channel of job changes
+FEED_LOCK = 0x726F6C6C  # advisory lock that orders places in the results feed
+_SCHEMA_LOCK = 0x726F6C6D  # advisory lock held while migrating
+
+MIGRATIONS: list[str] = [
+    # 1: jobs, the results feed's sequence, inference backends, nodes.
+    """
+    CREATE TABLE jobs (
+        seq BIGSERIAL PRIMARY KEY,
+        job_id TEXT NOT NULL UNIQUE,
+        group_id TEXT,
+        request JSONB NOT NULL,
+        priority INTEGER NOT NULL DEFAULT 0,
+        stage TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease_owner TEXT,
+        lease_expires DOUBLE PRECISION,
+        node TEXT,
+        cancel_requested BOOLEAN NOT NULL DEFAULT false,
+        stage_output JSONB,
+        result JSONB,
+        error JSONB,
+        timing JSONB NOT NULL DEFAULT '{}',
+        created DOUBLE PRECISION NOT NULL,
+        updated DOUBLE PRECISION NOT NULL,
+        finished DOUBLE PRECISION,
+        done_seq BIGINT UNIQUE
+    );
+    CREATE INDEX jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage <> 'done';
+    CREATE INDEX jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
+    CREATE INDEX jobs_held ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
+    CREATE INDEX jobs_pinned ON jobs (node) WHERE node IS NOT NULL;
+    CREATE INDEX jobs_cancelling ON jobs (seq) WHERE cancel_requested AND stage <> 'done';
+    CREATE INDEX jobs_finished ON jobs (finished) WHERE stage = 'done';
+    CREATE SEQUENCE jobs_done_seq;
+    CREATE TABLE backends (
+        backend_id TEXT PRIMARY KEY,
+        spec JSONB NOT NULL,
+        updated DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE nodes (
+        owner TEXT PRIMARY KEY,
+        node_id TEXT NOT NULL,
+        info JSONB NOT NULL DEFAULT '{}',
+        started DOUBLE PRECISION NOT NULL,
+        seen DOUBLE PRECISION NOT NULL,
+        expires DOUBLE PRECISION NOT NULL
+    );
+    """,
+]
+VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Bring the database to this code's schema; returns the version it is at."""
+    with conn.transaction(), conn.cursor(row_factory=tuple_row) as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+        cur.execute("CREATE TABLE IF NOT EXISTS rollserve_schema (version INTEGER NOT NULL)")
+        row = cur.execute("SELECT max(version) FROM rollserve_schema").fetchone()
+        found = int(row[0]) if row and row[0] is not None else 0
+        if found > VERSION:
+            raise StoreSchemaError(
+                f"the PostgreSQL store has schema version {found}; this rollserve knows up to "
+                f"{VERSION}: upgrade rollserve",
+                found=found,
+                known=VERSION,
+            )
+        for version in range(found + 1, VERSION + 1):
+            cur.execute(MIGRATIONS[version - 1].encode())
+            cur.execute("INSERT INTO rollserve_schema (version) VALUES (%s)", (version,))
+    return VERSION

@@ -1,0 +1,561 @@
+"""The job store on PostgreSQL: the shared state of a fleet of nodes.
+
+Workers claim with ``FOR UPDATE SKIP LOCKED``; time is the database's; the results feed's
+cursor is a sequence drawn under a transaction lock, so places in the feed are committed in
+their order and a reader never passes one that is still to appear. Changes are announced with
+``NOTIFY`` so that long-polls and idle workers on every node wake at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from rollserve.errors import (
+    JobConflictError,
+    JobNotFoundError,
+    LeaseLostError,
+    QueueFullError,
+    StoreUnavailableError,
+)
+from rollserve.storage.base import (
+    STAGE_STATUS,
+    JobRecord,
+    JobStatus,
+    NewJob,
+    NodeRecord,
+    Stage,
+    Submitted,
+)
+from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
+from rollserve.storage.rows import merged_timing, to_record
+
+log = logging.getLogger(__name__)
+
+Cursor = psycopg.Cursor[dict[str, Any]]
+_NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
+_UNFINISHED = "stage <> 'done'"
+
+
+class PostgresJobStore:
+    """:class:`rollserve.storage.base.Store` on a PostgreSQL database shared by nodes."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        password: str | None = None,
+        pool_size: int = 10,
+        clock: Callable[[], float] | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs: dict[str, Any] = {"row_factory": dict_row}
+        if password is not None:
+            self._kwargs["password"] = password
+        self._clock = clock  # None: the database's clock (a test may move its own)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=self._kwargs,
+            check=ConnectionPool.check_connection,
+            timeout=connect_timeout_s,
+            open=False,
+            name="rollserve-store",
+        )
+        try:
+            # One connection first: a refusal (a wrong password, no such database) is reported
+            # as the server said it, not as a pool that timed out retrying.
+            with psycopg.connect(
+                conninfo, connect_timeout=max(1, int(connect_timeout_s)), **self._kwargs
+            ) as conn:
+                migrate(conn)
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            self._pool.close()
+            raise StoreUnavailableError(f"cannot reach the PostgreSQL store: {exc}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    @contextmanager
+    def _tx(self) -> Iterator[Cursor]:
+        """One transaction; an unreachable database is a StoreUnavailableError."""
+        try:
+            with (
+                self._pool.connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
+                yield cur
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
+
+    def _now(self, cur: Cursor) -> float:
+        if self._clock is not None:
+            return self._clock()
+        cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+        return float(_one(cur)["now"])
+
+    @staticmethod
+    def _notify(cur: Cursor, event: str) -> None:
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, event))
+
+    @staticmethod
+    def _feed_place(cur: Cursor) -> int:
+        """The next place in the results feed. The lock is held to the commit: places become
+        visible in their order, so a reader that has seen N has seen everything before N."""
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (FEED_LOCK,))
+        cur.execute("SELECT nextval('jobs_done_seq') AS seq")
+        return int(_one(cur)["seq"])
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def submit(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
+        out: list[Submitted] = []
+        fresh: dict[str, NewJob] = {}
+        with self._tx() as cur:
+            now = self._now(cur)
+            ids = list({job.job_id for job in jobs})
+            cur.execute("SELECT job_id, request, status FROM jobs WHERE job_id = ANY(%s)", (ids,))
+            known = {row["job_id"]: row for row in cur.fetchall()}
+            for job in jobs:
+                earlier = known.get(job.job_id)
+                if earlier is None and job.job_id in fresh:
+                    earlier = {"request": fresh[job.job_id].request, "status": "queued"}
+                if earlier is not None:
+                    if earlier["request"] != job.request:
+                        raise JobConflictError(
+                            f"job {job.job_id!r} exists with another request", job_id=job.job_id
+                        )
+                    out.append(Submitted(job.job_id, JobStatus(earlier["status"]), created=False))
+                    continue
+                fresh[job.job_id] = job
+                out.append(Submitted(job.job_id, JobStatus.QUEUED, created=True))
+            if not fresh:
+                return out
+            cur.execute(f"SELECT count(*) AS n FROM jobs WHERE {_UNFINISHED}")
+            waiting = int(_one(cur)["n"])
+            if waiting + len(fresh) > max_queued:
+                raise QueueFullError(
+                    f"the queue holds {waiting} unfinished jobs; {len(fresh)} more would pass "
+                    f"its bound of {max_queued}",
+                    queued=waiting,
+                    bound=max_queued,
+                )
+            cur.executemany(
+                "INSERT INTO jobs (job_id, group_id, request, priority, stage, status, created,"
+                " updated) VALUES (%s, %s, %s, %s, 'init', 'queued', %s, %s)"
+                " ON CONFLICT (job_id) DO NOTHING RETURNING job_id",
+                [
+                    (j.job_id, j.group_id, Jsonb(j.request), j.priority, now, now)
+                    for j in fresh.values()
+                ],
+                returning=True,
+            )
+            stored: set[str] = set()
+            while True:
+                stored.update(row["job_id"] for row in cur.fetchall())
+                if not cur.nextset():
+                    break
+            self._notify(cur, Stage.INIT.value)
+        raced = [job_id for job_id in fresh if job_id not in stored]
+        if raced:  # another node stored the same ids in between: its jobs stand
+            again = self.submit([fresh[job_id] for job_id in raced], max_queued=max_queued)
+            known_now = {s.job_id: s for s in again}
+            out = [known_now.get(s.job_id, s) for s in out]
+        return out
+
+    def get(self, job_id: str) -> JobRecord | None:
+        with self._tx() as cur:
+            cur.execute("SELECT * FROM jobs WHERE job_id = %s", (job_id,))
+            row = cur.fetchone()
+        return to_record(row) if row else None
+
+    def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
+        with self._tx() as cur:
+            now = self._now(cur)
+            # Cancelled while held by a worker that is gone: end them instead of running them.
+            cur.execute(
+                f"SELECT * FROM jobs WHERE {_UNFINISHED} AND cancel_requested"
+                " AND (lease_owner IS NULL OR lease_expires < %s) FOR UPDATE SKIP LOCKED",
+                (now,),
+            )
+            for orphan in cur.fetchall():
+                self._end_cancelled(cur, orphan, now)
+            cur.execute(
+                "UPDATE jobs SET lease_owner = %(owner)s, lease_expires = %(expires)s,"
+                " status = %(status)s, attempts = attempts + %(attempt)s, updated = %(now)s"
+                " WHERE seq = (SELECT seq FROM jobs WHERE stage = %(stage)s"
+                " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < %(now)s)"
+                " AND (node IS NULL OR node = %(owner)s)"
+                " ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
+                {
+                    "owner": owner,
+                    "expires": now + lease_s,
+                    "status": STAGE_STATUS[stage].value,
+                    "attempt": 1 if stage == Stage.INIT else 0,
+                    "now": now,
+                    "stage": stage.value,
+                },
+            )
+            row = cur.fetchone()
+        return to_record(row) if row else None
+
+    def heartbeat(
+        self,
+        job_ids: list[str],
+        owner: str,
+        lease_s: float,
+        *,
+        node: tuple[str, dict[str, Any]] | None = None,
+    ) -> list[str]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            if node is not None:
+                cur.execute(
+                    "INSERT INTO nodes (owner, node_id, info, started, seen, expires)"
+                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (owner) DO UPDATE SET"
+                    " info = excluded.info, seen = excluded.seen, expires = excluded.expires",
+                    (owner, node[0], Jsonb(node[1]), now, now, now + lease_s),
+                )
+            if not job_ids:
+                return []
+            cur.execute(
+                "UPDATE jobs SET lease_expires = %s WHERE job_id = ANY(%s)"
+                " AND lease_owner = %s AND NOT cancel_requested",
+                (now + lease_s, job_ids, owner),
+            )
+            cur.execute(
+                "SELECT job_id FROM jobs WHERE job_id = ANY(%(ids)s) AND ("
+                f" ({_UNFINISHED} AND lease_owner IS NOT NULL AND lease_owner <> %(owner)s)"
+                f" OR ({_UNFINISHED} AND cancel_requested)"
+                " OR (stage = 'done' AND status = 'cancelled'))",
+                {"ids": job_ids, "owner": owner},
+            )
+            return [row["job_id"] for row in cur.fetchall()]
+
+    def _held(self, cur: Cursor, job_id: str, owner: str) -> dict[str, Any]:
+        cur.execute("SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+        row = cur.fetchone()
+        if row is None:
+            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+        if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
+            raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
+        return row
+
+    def advance(
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> bool:
+        with self._tx() as cur:
+            now = self._now(cur)
+            row = self._held(cur, job_id, owner)
+            if row["cancel_requested"]:  # cancelled during the stage: it ends here
+                self._end_cancelled(cur, row, now)
+                return False
+            cur.execute(
+                "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL,"
+                " lease_expires = NULL, node = %s, stage_output = %s, timing = %s, updated = %s"
+                " WHERE seq = %s",
+                (
+                    stage.value,
+                    STAGE_STATUS[stage].value,
+                    owner if stage == Stage.RUN else None,  # run needs init's sandbox
+                    _json(output),
+                    Jsonb(merged_timing(row["timing"], timing)),
+                    now,
+                    row["seq"],
+                ),
+            )
+            if stage != Stage.RUN:
+                self._notify(cur, stage.value)
+        return True
+
+    def finish(
+        self,
+        job_id: str,
+        owner: str | None,
+        status: JobStatus,
+        *,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+    ) -> None:
+        if not status.terminal:
+            raise ValueError(f"finish needs a terminal status, not {status}")
+        with self._tx() as cur:
+            now = self._now(cur)
+            if owner is None:
+                cur.execute("SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+                row = cur.fetchone()
+                if row is None:
+                    raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+                if row["lease_owner"] is not None and row["lease_expires"] >= now:
+                    raise LeaseLostError(f"job {job_id!r} is held by {row['lease_owner']}")
+            else:
+                row = self._held(cur, job_id, owner)
+            if row["stage"] == Stage.DONE.value:
+                return
+            cur.execute(
+                "UPDATE jobs SET stage = 'done', status = %s, lease_owner = NULL,"
+                " lease_expires = NULL, node = NULL, stage_output = NULL, result = %s,"
+                " error = %s, timing = %s, updated = %s, finished = %s, done_seq = %s"
+                " WHERE seq = %s",
+                (
+                    status.value,
+                    _json(result),
+                    _json(error),
+                    Jsonb(merged_timing(row["timing"], timing)),
+                    now,
+                    now,
+                    self._feed_place(cur),
+                    row["seq"],
+                ),
+            )
+            self._notify(cur, "done")
+
+    def requeue(
+        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+    ) -> None:
+        with self._tx() as cur:
+            now = self._now(cur)
+            row = self._held(cur, job_id, owner)
+            if row["cancel_requested"]:
+                self._end_cancelled(cur, row, now)
+                return
+            status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
+            cur.execute(
+                "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL,"
+                " lease_expires = NULL, node = NULL, error = %s, updated = %s WHERE seq = %s",
+                (stage.value, status.value, _json(error), now, row["seq"]),
+            )
+            self._notify(cur, stage.value)
+
+    def cancel(self, job_id: str) -> JobRecord:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute("SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
+            row = cur.fetchone()
+            if row is None:
+                raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+            self._cancel_row(cur, row, now)
+            cur.execute("SELECT * FROM jobs WHERE job_id = %s", (job_id,))
+            return to_record(_one(cur))
+
+    def _cancel_row(self, cur: Cursor, row: dict[str, Any], now: float) -> None:
+        if row["stage"] == Stage.DONE.value:
+            return
+        if row["lease_owner"] is not None and row["lease_expires"] >= now:
+            cur.execute(
+                "UPDATE jobs SET cancel_requested = true, updated = %s WHERE seq = %s",
+                (now, row["seq"]),
+            )
+            self._notify(cur, "cancel")  # its node stops the work at once
+            return
+        self._end_cancelled(cur, row, now)
+
+    def _end_cancelled(self, cur: Cursor, row: dict[str, Any], now: float) -> None:
+        cur.execute(
+            "UPDATE jobs SET stage = 'done', status = 'cancelled', cancel_requested = true,"
+            " lease_owner = NULL, lease_expires = NULL, node = NULL, stage_output = NULL,"
+            " updated = %s, finished = %s, done_seq = %s WHERE seq = %s",
+            (now, now, self._feed_place(cur), row["seq"]),
+        )
+        self._notify(cur, "done")
+
+    def cancel_group(self, group_id: str) -> list[str]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute(
+                f"SELECT * FROM jobs WHERE group_id = %s AND {_UNFINISHED} ORDER BY seq FOR UPDATE",
+                (group_id,),
+            )
+            rows = cur.fetchall()
+            for row in rows:
+                self._cancel_row(cur, row, now)
+        return [row["job_id"] for row in rows]
+
+    def results(self, after: int, limit: int) -> list[JobRecord]:
+        with self._tx() as cur:
+            cur.execute(
+                "SELECT * FROM jobs WHERE done_seq > %s ORDER BY done_seq LIMIT %s", (after, limit)
+            )
+            return [to_record(row) for row in cur.fetchall()]
+
+    def results_head(self) -> int:
+        with self._tx() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (FEED_LOCK,))
+            cur.execute(
+                "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS head FROM jobs_done_seq"
+            )
+            return int(_one(cur)["head"])
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def recover(self, alive: Callable[[str], bool]) -> list[str]:
+        released = []
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute("SELECT owner FROM nodes WHERE expires >= %s", (now,))
+            live = {row["owner"] for row in cur.fetchall()}
+            cur.execute(
+                f"SELECT * FROM jobs WHERE {_UNFINISHED}"
+                " AND (lease_owner IS NOT NULL OR node IS NOT NULL) FOR UPDATE SKIP LOCKED"
+            )
+            for row in cur.fetchall():
+                holder = row["lease_owner"] or row["node"]
+                leased = row["lease_owner"] is not None and row["lease_expires"] >= now
+                if alive(holder) and (holder in live or leased):
+                    continue
+                self._release(cur, row, now)
+                released.append(row["job_id"])
+            cur.execute("DELETE FROM nodes WHERE expires < %s", (now - _NODES_KEPT_S,))
+        return released
+
+    def _release(self, cur: Cursor, row: dict[str, Any], now: float) -> None:
+        """A job of a node that is gone goes back to the queue (init, or eval from the stored
+        run output), or ends if a client cancelled it."""
+        if row["cancel_requested"]:
+            self._end_cancelled(cur, row, now)
+            return
+        stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
+        status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
+        cur.execute(
+            "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL, lease_expires = NULL,"
+            " node = NULL, updated = %s WHERE seq = %s",
+            (stage.value, status.value, now, row["seq"]),
+        )
+        self._notify(cur, stage.value)
+
+    def leave(self, owner: str) -> list[str]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute(
+                f"SELECT * FROM jobs WHERE {_UNFINISHED} AND (lease_owner = %s OR node = %s)"
+                " FOR UPDATE",
+                (owner, owner),
+            )
+            rows = cur.fetchall()
+            for row in rows:
+                self._release(cur, row, now)
+            cur.execute("DELETE FROM nodes WHERE owner = %s", (owner,))
+        return [row["job_id"] for row in rows]
+
+    def nodes(self) -> list[NodeRecord]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute("SELECT * FROM nodes ORDER BY started, owner")
+            rows = cur.fetchall()
+        return [
+            NodeRecord(
+                owner=row["owner"],
+                node_id=row["node_id"],
+                info=row["info"],
+                started=row["started"],
+                seen=row["seen"],
+                alive=row["expires"] >= now,
+            )
+            for row in rows
+        ]
+
+    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._listen, args=(on_event, stop), name="rollserve-store-listen", daemon=True
+        )
+        thread.start()
+
+        def unsubscribe() -> None:
+            stop.set()
+            thread.join()
+
+        return unsubscribe
+
+    def _listen(self, on_event: Callable[[str], None], stop: threading.Event) -> None:
+        """LISTEN on a connection of its own; after a reconnect, ``*``: events may be lost."""
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True, **self._kwargs) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    on_event("*")
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            on_event(note.payload)
+            except psycopg.OperationalError as exc:
+                log.warning("store notifications lost (%s); reconnecting", exc)
+                stop.wait(1.0)
+
+    # -- queue figures and retention --------------------------------------------------------------
+
+    def purge(self, finished_before: float) -> int:
+        with self._tx() as cur:
+            cur.execute(
+                "DELETE FROM jobs WHERE stage = 'done' AND finished < %s", (finished_before,)
+            )
+            return cur.rowcount
+
+    def waiting(self) -> dict[str, int]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute(
+                f"SELECT stage, count(*) AS n FROM jobs WHERE {_UNFINISHED}"
+                " AND (lease_owner IS NULL OR lease_expires < %s) GROUP BY stage",
+                (now,),
+            )
+            return {row["stage"]: int(row["n"]) for row in cur.fetchall()}
+
+    def counts(self) -> dict[str, int]:
+        with self._tx() as cur:
+            cur.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status")
+            return {row["status"]: int(row["n"]) for row in cur.fetchall()}
+
+    # -- inference backends ----------------------------------------------------------------------
+
+    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute(
+                "INSERT INTO backends (backend_id, spec, updated) VALUES (%s, %s, %s)"
+                " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
+                " updated = excluded.updated",
+                (backend_id, Jsonb(spec), now),
+            )
+
+    def load_backends(self) -> list[dict[str, Any]]:
+        with self._tx() as cur:
+            cur.execute("SELECT spec FROM backends ORDER BY updated, backend_id")
+            return [row["spec"] for row in cur.fetchall()]
+
+    def delete_backend(self, backend_id: str) -> bool:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM backends WHERE backend_id = %s", (backend_id,))
+            return cur.rowcount > 0
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def _one(cur: Cursor) -> dict[str, Any]:
+    row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def _json(value: dict[str, Any] | None) -> Jsonb | None:
+    return None if value is None else Jsonb(value)

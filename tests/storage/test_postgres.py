@@ -1,0 +1,118 @@
+"""What only the PostgreSQL store does: its own schema versions, NOTIFY wake-ups across
+connections, and riding out a database that goes away and comes back."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rollserve.errors import StoreSchemaError, StoreUnavailableError
+from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
+from rollserve.storage.postgres import PostgresJobStore
+from rollserve.storage.sqlite import SCHEMA_VERSION
+from rollserve.testing.postgres import TempPostgres
+
+
+def _events(store: PostgresJobStore) -> Iterator[queue.Queue[str]]:
+    got: queue.Queue[str] = queue.Queue()
+    stop = store.subscribe(got.put)
+    assert got.get(timeout=5) == "*"  # listening (and: anything before may have been missed)
+    yield got
+    stop()
+
+
+def _next(got: queue.Queue[str], timeout: float = 5.0) -> str:
+    return got.get(timeout=timeout)
+
+
+def test_a_newer_schema_is_refused_and_an_older_one_migrated(postgres: TempPostgres) -> None:
+    url = postgres.create("schema_test")
+    PostgresJobStore(url).close()  # creates version 1
+    PostgresJobStore(url).close()  # and opens it again as it is
+    postgres.sql("INSERT INTO rollserve_schema VALUES (99)", database="schema_test")
+    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 1"):
+        PostgresJobStore(url)
+
+
+def test_sqlite_refuses_a_newer_schema_too(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    SqliteJobStore(path).close()
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreSchemaError, match=f"knows up to {SCHEMA_VERSION}"):
+        SqliteJobStore(path)
+
+
+def test_changes_on_one_node_wake_the_others(pg_url: str) -> None:
+    """Each change another connection commits is announced: work for init and eval, a job
+    done, a cancel for the node that holds the job."""
+    listener, other = PostgresJobStore(pg_url), PostgresJobStore(pg_url)
+    try:
+        events = _events(listener)
+        got = next(events)
+        other.submit([NewJob("a", {}), NewJob("b", {})], max_queued=10)
+        assert _next(got) == "init"
+        other.claim(Stage.INIT, "n", 30)
+        other.advance("a", "n", Stage.EVAL, output={})
+        assert _next(got) == "eval"
+        other.claim(Stage.EVAL, "n", 30)
+        other.finish("a", "n", JobStatus.COMPLETED, result={})
+        assert _next(got) == "done"
+        other.claim(Stage.INIT, "n", 30)
+        other.cancel("b")
+        assert _next(got) == "cancel"
+        with pytest.raises(queue.Empty):
+            got.get(timeout=0.3)  # nothing else happened
+        next(events, None)
+    finally:
+        listener.close()
+        other.close()
+
+
+def test_the_store_rides_out_a_database_restart(postgres: TempPostgres) -> None:
+    """The server is killed: calls fail with store_unavailable (never a hang, never another
+    error); once it is back, the same store object works again and notifications resume.
+    (A server of its own: the session's one stays up for the other tests.)"""
+    server = TempPostgres().start()
+    try:
+        url = server.create("restart")
+        store = PostgresJobStore(url, connect_timeout_s=2)
+        events = _events(store)
+        got = next(events)
+        store.submit([NewJob("a", {})], max_queued=10)
+        assert _next(got) == "init"
+        server.kill()
+        with pytest.raises(StoreUnavailableError, match="does not answer"):
+            store.get("a")
+        server.start()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                record = store.get("a")
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() < deadline, "the store did not come back"
+                time.sleep(0.2)
+        assert record is not None and record.status == JobStatus.QUEUED
+        assert _next(got, 10) == "*"  # the listener reconnected and says it may have missed some
+        store.submit([NewJob("b", {})], max_queued=10)
+        assert _next(got) == "init"
+        next(events, None)
+        store.close()
+    finally:
+        server.close()
+
+
+def test_an_unreachable_database_is_a_clear_error() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(StoreUnavailableError, match="cannot reach the PostgreSQL store"):
+        PostgresJobStore(f"postgresql://nobody@127.0.0.1:{port}/none", connect_timeout_s=2)
