@@ -59,16 +59,51 @@ class Router:
     async def start(self) -> None:
         """Build the stored registrations (the health loop decides whether they answer) and
         start the health checks."""
-        for stored in await asyncio.to_thread(self._store.load_backends):
-            try:
-                view = BackendView.model_validate(stored)
-                backend = self._kinds.get(view.kind)(view, self._settings)
-            except (ValueError, RollserveError) as exc:
-                log.warning("stored inference backend %s not loaded: %s", stored.get("id"), exc)
-                continue
-            self._states[view.id] = BackendState(backend, view)
+        await self.sync()
         if self._health is None:
             self._health = asyncio.create_task(self._health_loop(), name="llm-health")
+
+    async def sync(self) -> None:
+        """Take in what other nodes of the store registered, removed or moved to a new policy
+        version. Each node keeps its own health, load and pauses."""
+        loaded = await asyncio.to_thread(self._store.load_backends)
+        stored = {str(spec.get("id")): spec for spec in loaded}
+        for backend_id in [b for b in self._states if b not in stored]:
+            self._retire(self._states.pop(backend_id))
+        for backend_id, spec in stored.items():
+            state = self._states.get(backend_id)
+            if state is not None:
+                mine = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
+                if mine == spec:
+                    continue
+                if {**mine, "policy_version": spec.get("policy_version")} == spec:
+                    state.spec = state.spec.model_copy(
+                        update={"policy_version": spec.get("policy_version")}
+                    )
+                    self._changed.notify()
+                    continue
+            try:
+                view = BackendView.model_validate(spec)
+                backend = self._kinds.get(view.kind)(view, self._settings)
+            except (ValueError, RollserveError) as exc:
+                log.warning("stored inference backend %s not loaded: %s", backend_id, exc)
+                continue
+            self._states[view.id] = BackendState(backend, view)
+            if state is not None:
+                self._retire(state)
+            self._changed.notify()
+
+    def sync_soon(self) -> None:
+        """Sync in the background (a store said registrations changed)."""
+        task = asyncio.create_task(self._sync_logged(), name="llm-sync")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _sync_logged(self) -> None:
+        try:
+            await self.sync()
+        except RollserveError as exc:
+            log.warning("inference backends not synced from the store: %s", exc.message)
 
     async def stop(self) -> None:
         """Stop the health checks and close every backend, draining ones included."""
@@ -353,6 +388,7 @@ class Router:
             if await check_health(states, timeout=max(interval, 5.0)):
                 self._changed.notify()
             await asyncio.sleep(interval)
+            await self._sync_logged()  # a store that announces nothing (SQLite)
 
 
 class RouteSession:

@@ -16,45 +16,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from rollserve.errors import (
     InfrastructureError,
     LeaseLostError,
     RollserveError,
     StaleRolloutError,
+    StoreUnavailableError,
 )
 from rollserve.pipeline.changes import Changes
+from rollserve.pipeline.fleet import node_alive, node_name, owner_id
 from rollserve.pipeline.stages import StageRunner
-from rollserve.sandbox import SandboxInstance, procfs
+from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
 from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
 from rollserve.tasks.base import RunOutput
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _POLL_S = 0.5  # how often idle workers look for work another node may have queued
-
-
-def node_id() -> str:
-    """This process as a lease owner: host, PID and start time (unique across restarts)."""
-    pid = os.getpid()
-    return f"{socket.gethostname()}:{pid}:{procfs.start_ticks(pid) or 0}"
-
-
-def node_alive(owner: str) -> bool:
-    """Whether a lease owner on this host still runs (other hosts: leases expire instead)."""
-    host, _, rest = owner.partition(":")
-    pid, _, ticks = rest.partition(":")
-    if host != socket.gethostname() or not pid.isdigit() or not ticks.isdigit():
-        return True
-    return procfs.is_same_process(int(pid), int(ticks))
 
 
 class Scheduler:
@@ -64,53 +54,68 @@ class Scheduler:
         self.settings = settings
         self.store = store
         self.runner = runner
-        self.node = node_id()
+        self.node = owner_id(settings)  # the lease owner
+        self.name = node_name(settings)
         self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
         self._active: dict[str, asyncio.Task[Any]] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
         self._leases: ThreadPoolExecutor | None = None
+        self._beat_now = asyncio.Event()
         self.busy = {stage: 0 for stage in self._wake}
+        self.pools = {
+            Stage.INIT: settings.init_workers,
+            Stage.RUN: settings.run_workers,
+            Stage.EVAL: settings.eval_workers,
+        }
         self.changes = Changes()  # a job moved on: wakes long-polls
 
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take back the jobs of dead nodes on this host, then start the worker pools."""
-        released = await asyncio.to_thread(self.store.recover, node_alive)
-        if released:
-            log.warning("re-queued %d jobs of a previous run: %s", len(released), released)
-        pools = {
-            Stage.INIT: self.settings.init_workers,
-            Stage.RUN: self.settings.run_workers,
-            Stage.EVAL: self.settings.eval_workers,
-        }
-        for stage, size in pools.items():
+        """Join the fleet (a node row), take back the jobs of dead nodes, then start the
+        worker pools."""
+        self._leases = ThreadPoolExecutor(1, thread_name_prefix="rollserve-leases")
+        await self._lease_call(
+            self.store.heartbeat, [], self.node, self.settings.lease_s, node=self._beat()
+        )
+        await self._recover()
+        for stage, size in self.pools.items():
             self._workers += [
                 asyncio.create_task(self._worker(stage), name=f"{stage}-{i}") for i in range(size)
             ]
-        self._leases = ThreadPoolExecutor(1, thread_name_prefix="rollserve-leases")
         self._workers.append(asyncio.create_task(self._heartbeat(), name="heartbeat"))
 
     async def stop(self) -> None:
-        """Stop the workers; jobs in flight keep their leases, which the next start (or
-        another node, once they expire) takes back."""
+        """Stop the workers, close the sandboxes, and leave the fleet: the jobs this node held
+        go back to the queue at once, for another node (or the next start) to take."""
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
-        if self._leases is not None:
-            await asyncio.to_thread(self._leases.shutdown)
-            self._leases = None
         for sandbox in self._held.values():
             if sandbox is not None:
                 await self.runner.sandboxes.close(sandbox)
         self._held.clear()
+        try:
+            released = await self._lease_call(self.store.leave, self.node)
+        except StoreUnavailableError as exc:  # the leases will expire instead
+            log.warning("leaving the fleet: %s", exc.message)
+        else:
+            if released:
+                log.info("handed back %d jobs on stopping", len(released))
+        if self._leases is not None:
+            await asyncio.to_thread(self._leases.shutdown)
+            self._leases = None
 
     def wake(self, stage: Stage = Stage.INIT) -> None:
         """New work for ``stage`` (a submit, a finished earlier stage)."""
         self._wake[stage].set()
+
+    def beat_now(self) -> None:
+        """Renew leases (and learn of cancels) now rather than at the next beat."""
+        self._beat_now.set()
 
     async def cancel(self, job_id: str) -> None:
         """Stop the job's work on this node now (the store already marked it cancelled)."""
@@ -147,9 +152,13 @@ class Scheduler:
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
             if stage != Stage.INIT or self._room_to_init():
-                job = await asyncio.to_thread(
-                    self.store.claim, stage, self.node, self.settings.lease_s
-                )
+                try:
+                    job = await asyncio.to_thread(
+                        self.store.claim, stage, self.node, self.settings.lease_s
+                    )
+                except StoreUnavailableError as exc:  # wait for it: nothing is lost
+                    log.warning("%s workers cannot claim: %s", stage, exc.message)
+                    job = None
                 if job is not None:
                     return job
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a worker hung
@@ -183,30 +192,77 @@ class Scheduler:
             self.changes.notify()
 
     async def _heartbeat(self) -> None:
-        """Renew the leases of every job this node works on, every third of a lease; stop the
-        work of those cancelled by a client (through another node) or taken over."""
+        """Every third of a lease (or at once when asked): one write renews the leases of
+        every job this node works on and keeps its node row alive; the work of jobs
+        cancelled by a client (through any node) or taken over stops. Once a lease, the jobs
+        of nodes that are gone are taken back."""
         loop = asyncio.get_running_loop()
+        lease_s = self.settings.lease_s
+        recovered = loop.time()
         while True:
-            await asyncio.sleep(self.settings.lease_s / 3)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(lease_s / 3):
+                    await self._beat_now.wait()
+            self._beat_now.clear()
             work = dict(self._active)
-            if not work:
-                continue
             try:
-                stop = await loop.run_in_executor(
-                    self._leases, self.store.heartbeat, list(work), self.node, self.settings.lease_s
+                stop = await self._lease_call(
+                    self.store.heartbeat, list(work), self.node, lease_s, node=self._beat()
                 )
+                if loop.time() - recovered >= lease_s:
+                    recovered = loop.time()
+                    await self._recover()
             except Exception:  # the store is unreachable for now: the next beat retries
                 log.exception("renewing %d leases failed", len(work))
                 continue
             for job_id in stop:
                 work[job_id].cancel()
 
+    async def _lease_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run a store call on the lease thread: no other work can make a heartbeat late."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._leases, functools.partial(fn, *args, **kwargs))
+
+    async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """A store call off the event loop; while the store does not answer it is tried again
+        for up to a lease (the job's work is done: keep it), then the error stands."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.settings.lease_s
+        while True:
+            try:
+                return await asyncio.to_thread(fn, *args, **kwargs)
+            except StoreUnavailableError as exc:
+                if loop.time() >= give_up:
+                    raise
+                log.warning("the store does not answer (%s); trying again", exc.message)
+                await asyncio.sleep(min(1.0, self.settings.lease_s / 10))
+
+    async def _recover(self) -> None:
+        released = await self._lease_call(self.store.recover, node_alive)
+        if released:
+            log.warning("took back %d jobs of nodes that are gone: %s", len(released), released)
+            self.wake(Stage.INIT)
+            self.wake(Stage.EVAL)
+
+    def _beat(self) -> tuple[str, dict[str, Any]]:
+        """What the node row says of this node: its name and figures."""
+        return self.name, {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "workers": {
+                stage.value: {"busy": self.busy[stage], "total": size}
+                for stage, size in self.pools.items()
+            },
+            "held_sandboxes": len(self._held),
+            "live_sandboxes": len(self.runner.sandboxes.live),
+        }
+
     async def _stopped(self, job_id: str) -> None:
         """The job's work was cancelled: end it as cancelled if a client asked for it."""
         await self._release(job_id)
-        record = await asyncio.to_thread(self.store.get, job_id)
+        record = await self._store(self.store.get, job_id)
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
-            await asyncio.to_thread(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
+            await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
 
     async def _stage(self, stage: Stage, job: JobRecord) -> None:
         request = JobRequest.model_validate(job.request)
@@ -240,7 +296,7 @@ class Scheduler:
             "queued_s": queued if job.attempts == 1 else job.timing.get("queued_s", queued),
             "init_s": time.monotonic() - started,
         }
-        advanced = await asyncio.to_thread(
+        advanced = await self._store(
             self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
         )
         if not advanced:  # cancelled while its sandbox was being made
@@ -267,7 +323,7 @@ class Scheduler:
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
             return
-        await asyncio.to_thread(
+        await self._store(
             self.store.advance,
             job.job_id,
             self.node,
@@ -303,7 +359,7 @@ class Scheduler:
             timing = {**timing, "eval_s": time.monotonic() - begun}
         else:
             result = self.runner.unscored(output, "the run timed out and was not evaluated")
-        await asyncio.to_thread(
+        await self._store(
             self.store.finish,
             job.job_id,
             self.node,
@@ -320,7 +376,7 @@ class Scheduler:
             return
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
         await asyncio.sleep(self.settings.retry_backoff_s * 2 ** (job.attempts - 1))
-        await asyncio.to_thread(self.store.requeue, job.job_id, self.node, Stage.INIT, error=error)
+        await self._store(self.store.requeue, job.job_id, self.node, Stage.INIT, error=error)
         self.wake(Stage.INIT)
 
     async def _fail(
@@ -328,7 +384,7 @@ class Scheduler:
     ) -> None:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
-        await asyncio.to_thread(self.store.finish, job.job_id, self.node, status, error=error)
+        await self._store(self.store.finish, job.job_id, self.node, status, error=error)
 
 
 def _timeout(request: JobRequest, name: str, default: float) -> float:

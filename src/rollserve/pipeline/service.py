@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rollserve.errors import JobNotFoundError
@@ -21,7 +22,8 @@ from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, Stage, Submitted
 from rollserve.storage.registry import open_store
 
-# Long-polls wake on this node's changes at once; other nodes' changes are seen this often.
+# Long-polls wake at once on changes the store announces (every node's, on PostgreSQL); a
+# store that announces nothing (SQLite shared by processes) is looked at this often.
 _WAIT_POLL_S = 1.0
 
 
@@ -41,20 +43,44 @@ class RolloutService:
         )
         self.started = time.time()
         self._purger: asyncio.Task[None] | None = None
+        self._unsubscribe: Callable[[], None] | None = None
 
     async def start(self) -> None:
         await self.sandboxes.__aenter__()  # reaps what a crashed predecessor left
         await self.router.start()
         await self.scheduler.start()
         self._purger = asyncio.create_task(self._purge_loop())
+        loop = asyncio.get_running_loop()
+
+        def announced(event: str) -> None:  # on the store's thread
+            loop.call_soon_threadsafe(self._on_store_event, event)
+
+        self._unsubscribe = self.store.subscribe(announced)
 
     async def stop(self) -> None:
+        if self._unsubscribe is not None:
+            await asyncio.to_thread(self._unsubscribe)
+            self._unsubscribe = None
         if self._purger is not None:
             self._purger.cancel()
         await self.scheduler.stop()
         await self.router.stop()
         await self.sandboxes.close_all()
         self.store.close()
+
+    def _on_store_event(self, event: str) -> None:
+        """A change announced by the store, made by this node or another."""
+        everything = event == "*"
+        if everything or event == Stage.INIT.value:
+            self.scheduler.wake(Stage.INIT)
+        if everything or event == Stage.EVAL.value:
+            self.scheduler.wake(Stage.EVAL)
+        if everything or event == "done":
+            self.scheduler.changes.notify()
+        if everything or event == "cancel":
+            self.scheduler.beat_now()
+        if everything or event == "backends":
+            self.router.sync_soon()
 
     async def _purge_loop(self) -> None:
         while True:
@@ -122,17 +148,29 @@ class RolloutService:
 
     async def status(self) -> dict[str, Any]:
         """The node's figures; the store is read off the event loop."""
-        settings = self.settings
-        pools = {
-            Stage.INIT: settings.init_workers,
-            Stage.RUN: settings.run_workers,
-            Stage.EVAL: settings.eval_workers,
-        }
-        depth, counts, head = await asyncio.to_thread(
-            lambda: (self.store.waiting(), self.store.counts(), self.store.results_head())
+        pools = self.scheduler.pools
+        depth, counts, head, nodes = await asyncio.to_thread(
+            lambda: (
+                self.store.waiting(),
+                self.store.counts(),
+                self.store.results_head(),
+                self.store.nodes(),
+            )
         )
         return {
             "node": self.scheduler.node,
+            "node_id": self.scheduler.name,
+            "nodes": [
+                {
+                    "node_id": n.node_id,
+                    "owner": n.owner,
+                    "alive": n.alive,
+                    "started": n.started,
+                    "seen": n.seen,
+                    **n.info,
+                }
+                for n in nodes
+            ],
             "uptime_s": round(time.time() - self.started, 3),
             "stages": {
                 stage.value: {

@@ -536,6 +536,7 @@ class PostgresJobStore:
                 " updated = excluded.updated",
                 (backend_id, Jsonb(spec), now),
             )
+            self._notify(cur, "backends")
 
     def load_backends(self) -> list[dict[str, Any]]:
         with self._tx() as cur:
@@ -545,7 +546,9 @@ class PostgresJobStore:
     def delete_backend(self, backend_id: str) -> bool:
         with self._tx() as cur:
             cur.execute("DELETE FROM backends WHERE backend_id = %s", (backend_id,))
-            return cur.rowcount > 0
+            deleted = cur.rowcount > 0
+            self._notify(cur, "backends")
+            return deleted
 
     def close(self) -> None:
         self._pool.close()
