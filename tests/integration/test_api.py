@@ -48,8 +48,11 @@ def test_submit_wait_and_results_feed(server_factory: Callable[..., Server]) -> 
         assert sorted(seen) == sorted([job_id, "g0", "g1", "g2"])
         status = http.get("/v1/status").json()
         assert set(status["stages"]) == {"init", "run", "eval"}
+        assert [(n["node_id"], n["alive"]) for n in status["nodes"]] == [(status["node_id"], True)]
         metrics = http.get("/metrics").text
-        assert 'rollserve_jobs{status="completed"} 4.0' in metrics
+        node = status["node_id"]
+        assert f'rollserve_jobs{{node="{node}",status="completed"}} 4.0' in metrics
+        assert f'rollserve_fleet_nodes{{node="{node}"}} 1.0' in metrics
 
 
 def test_errors_are_json_with_fitting_statuses(server_factory: Callable[..., Server]) -> None:

@@ -24,11 +24,13 @@ from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_d
 from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
 from rollserve.cli.llm import llm_app
+from rollserve.cli.processes import serve_processes
 from rollserve.cli.serve import serve
 from rollserve.cli.submit import submit
 from rollserve.cli.tasks import tasks_app
 from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
+from rollserve.pipeline.fleet import node_name
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
 from rollserve.storage.registry import open_store
@@ -242,9 +244,14 @@ def serve_cmd(
     run_workers: Annotated[int | None, typer.Option(help="run pool size")] = None,
     eval_workers: Annotated[int | None, typer.Option(help="eval pool size")] = None,
     max_queued: Annotated[int | None, typer.Option(help="unfinished jobs accepted at most")] = None,
+    processes: Annotated[
+        int, typer.Option(min=1, help="node processes sharing the address (NAME-0, NAME-1, …)")
+    ] = 1,
+    fd: Annotated[int | None, typer.Option(hidden=True, help="serve on this socket")] = None,
 ) -> None:
-    """Serve the HTTP API and run the pipeline (one process). Settings: these flags, then the
-    environment (ROLLSERVE_*), then the --config file, then the defaults."""
+    """Serve the HTTP API and run the pipeline. One process is one node; --processes N runs
+    N nodes behind one address. Settings: these flags, then the environment (ROLLSERVE_*),
+    then the --config file, then the defaults."""
     settings = Settings.load(
         config,
         data_dir=data_dir,
@@ -254,7 +261,17 @@ def serve_cmd(
         max_queued=max_queued,
     )
     open_store(settings).close()  # a store_url that names no usable store: one line, no server
-    serve(settings, host, port, plugins or [])
+    if processes == 1:
+        serve(settings, host, port, plugins or [], fd=fd)
+        return
+    child_args = [f"--data-dir={settings.data_dir}"]
+    child_args += [f"--config={config}"] if config else []
+    child_args += [f"--plugins={module}" for module in plugins or []]
+    pools = {"init": init_workers, "run": run_workers, "eval": eval_workers}
+    child_args += [f"--{stage}-workers={n}" for stage, n in pools.items() if n is not None]
+    child_args += [f"--max-queued={max_queued}"] if max_queued is not None else []
+    name = node_name(settings)
+    raise typer.Exit(serve_processes(processes, host, port, name, child_args))
 
 
 Server = Annotated[str, typer.Option("--server", help="rollserve URL")]

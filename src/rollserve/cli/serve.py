@@ -1,4 +1,4 @@
-"""``rollserve serve``: one process, the HTTP API and the pipeline's worker pools."""
+"""``rollserve serve``: one node, the HTTP API and the pipeline's worker pools in one process."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ def load_plugins(modules: list[str]) -> Plugins:
     return plugins
 
 
-def serve(settings: Settings, host: str, port: int, plugins: list[str]) -> None:
+def serve(
+    settings: Settings, host: str, port: int, plugins: list[str], *, fd: int | None = None
+) -> None:
+    """Run one node until SIGTERM/SIGINT; ``fd``: on a socket its parent bound."""
     app = create_app(settings, load_plugins(plugins))
-    uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on")
+    if fd is not None:
+        uvicorn.run(app, fd=fd, log_level="info", lifespan="on")
+    else:
+        uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on")

@@ -1,4 +1,6 @@
-"""Prometheus metrics, read from the service at scrape time (no global registry)."""
+"""Prometheus metrics, read from the service at scrape time (no global registry). Every series
+carries the ``node`` label (``settings.node_id``); queue depths and job counts are the whole
+store's, the same on every node of a fleet (aggregate them with ``max``, not ``sum``)."""
 
 from __future__ import annotations
 
@@ -16,28 +18,31 @@ class _ServiceCollector(Collector):
 
     def collect(self):  # type: ignore[no-untyped-def]
         status = self.status
-        depth = GaugeMetricFamily(
-            "rollserve_stage_queue_depth", "jobs waiting for a worker", labels=["stage"]
-        )
-        active = GaugeMetricFamily(
-            "rollserve_stage_active_workers", "workers busy", labels=["stage"]
-        )
-        size = GaugeMetricFamily("rollserve_stage_workers", "worker pool size", labels=["stage"])
+        node = status["node_id"]
+
+        def gauge(name: str, text: str, *labels: str) -> GaugeMetricFamily:
+            return GaugeMetricFamily(name, text, labels=["node", *labels])
+
+        depth = gauge("rollserve_stage_queue_depth", "jobs waiting for a worker (store)", "stage")
+        active = gauge("rollserve_stage_active_workers", "workers busy on this node", "stage")
+        size = gauge("rollserve_stage_workers", "worker pool size on this node", "stage")
         for stage, figures in status["stages"].items():
-            depth.add_metric([stage], figures["queued"])
-            active.add_metric([stage], figures["active"])
-            size.add_metric([stage], figures["workers"])
-        jobs = GaugeMetricFamily("rollserve_jobs", "jobs by status", labels=["status"])
+            depth.add_metric([node, stage], figures["queued"])
+            active.add_metric([node, stage], figures["active"])
+            size.add_metric([node, stage], figures["workers"])
+        jobs = gauge("rollserve_jobs", "jobs by status (store)", "status")
         for name, count in status["jobs"].items():
-            jobs.add_metric([name], count)
-        sandboxes = GaugeMetricFamily("rollserve_live_sandboxes", "sandboxes open on this node")
-        sandboxes.add_metric([], status["live_sandboxes"])
-        paused = GaugeMetricFamily(
-            "rollserve_model_paused_seconds", "how long a paused model has been", labels=["model"]
+            jobs.add_metric([node, name], count)
+        sandboxes = gauge("rollserve_live_sandboxes", "sandboxes open on this node")
+        sandboxes.add_metric([node], status["live_sandboxes"])
+        nodes = gauge("rollserve_fleet_nodes", "nodes of the store whose heartbeat is current")
+        nodes.add_metric([node], sum(1 for n in status["nodes"] if n["alive"]))
+        paused = gauge(
+            "rollserve_model_paused_seconds", "how long a paused model has been", "model"
         )
         for state in status["paused_models"]:
-            paused.add_metric([state["model"]], state["paused_s"])
-        yield from (depth, active, size, jobs, sandboxes, paused)
+            paused.add_metric([node, state["model"]], state["paused_s"])
+        yield from (depth, active, size, jobs, sandboxes, nodes, paused)
 
 
 def render_metrics(status: dict[str, Any]) -> tuple[bytes, str]:
