@@ -15,6 +15,9 @@ python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 # PostgreSQL: the shared job store's client library, and a server that the tests start.
 ldconfig -p | grep -q 'libpq\.so\.5' || missing+=(libpq5)
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql)
+# Slurm and munge: deploy/slurm is tested on a one-machine cluster that the test starts.
+[ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurm-wlm)
+[ -x /usr/sbin/munged ] || missing+=(munge)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

@@ -25,7 +25,7 @@ from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
 from rollserve.cli.llm import llm_app
 from rollserve.cli.processes import serve_processes
-from rollserve.cli.serve import serve
+from rollserve.cli.serve import announce_when_ready, serve
 from rollserve.cli.submit import submit
 from rollserve.cli.tasks import tasks_app
 from rollserve.client import RolloutClient
@@ -247,6 +247,9 @@ def serve_cmd(
     processes: Annotated[
         int, typer.Option(min=1, help="node processes sharing the address (NAME-0, NAME-1, …)")
     ] = 1,
+    announce: Annotated[
+        Path | None, typer.Option(help="append this node's URL to FILE once it is ready")
+    ] = None,
     fd: Annotated[int | None, typer.Option(hidden=True, help="serve on this socket")] = None,
 ) -> None:
     """Serve the HTTP API and run the pipeline. One process is one node; --processes N runs
@@ -261,6 +264,8 @@ def serve_cmd(
         max_queued=max_queued,
     )
     open_store(settings).close()  # a store_url that names no usable store: one line, no server
+    if announce is not None and fd is None:
+        announce_when_ready(announce, host, port)
     if processes == 1:
         serve(settings, host, port, plugins or [], fd=fd)
         return

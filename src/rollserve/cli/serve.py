@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
 
+import httpx
 import uvicorn
 
 from rollserve.errors import InvalidInputError
@@ -34,3 +40,30 @@ def serve(
         uvicorn.run(app, fd=fd, log_level="info", lifespan="on")
     else:
         uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on")
+
+
+def announce_when_ready(file: Path, host: str, port: int) -> threading.Thread:
+    """Once ``/readyz`` answers on ``port``, append this node's URL to ``file`` (one line, one
+    write: nodes of a cluster job share the file); the host is the machine's name when the
+    server listens on every address."""
+    public = socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
+    line = f"http://{public}:{port}\n".encode()
+    local = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+
+    def wait_then_write() -> None:
+        while True:
+            try:
+                if httpx.get(f"http://{local}:{port}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        descriptor = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
+
+    thread = threading.Thread(target=wait_then_write, name="rollserve-announce", daemon=True)
+    thread.start()
+    return thread
