@@ -16,7 +16,7 @@ import pytest
 
 from rollserve.errors import InvalidInputError, UnknownNameError
 from rollserve.schema.jobs import JobRequest, RolloutResult
-from rollserve.storage import JobStatus, Stage
+from rollserve.storage import JobStatus, NewJob, Stage
 from tests.pipeline.conftest import Pipeline, echo_request
 
 
@@ -299,3 +299,61 @@ async def test_idle_workers_do_not_all_poll_the_store(
         ids = pipe.submit(*(echo_request(f"p{i}") for i in range(10)))
         records = await pipe.wait(ids)
         assert all(r.status == JobStatus.COMPLETED for r in records)
+
+
+async def test_an_evaluation_failure_is_retried_in_eval(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    """The run's output is kept: the episode is not played again for an evaluation retry."""
+    async with pipeline_factory(retry_backoff_s=0) as pipe:
+        [job_id] = pipe.submit(echo_request("e", fail_eval=1))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.COMPLETED and record.attempts == 2
+        assert pipe.echo.prepared == {"e": 1}  # one init, one run (by task id)
+        _no_sandboxes_left(pipe)
+
+
+async def test_a_plugin_bug_costs_attempts_then_fails_the_job(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(max_attempts=2, retry_backoff_s=0) as pipe:
+        [job_id] = pipe.submit(echo_request("b", crash_init=5))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.FAILED and record.attempts == 2
+        assert record.error is not None and "RuntimeError: injected plug-in bug 2" in str(
+            record.error["message"]
+        )
+        _no_sandboxes_left(pipe)
+
+
+async def test_a_refused_request_fails_at_once(pipeline_factory: Callable[..., Any]) -> None:
+    async with pipeline_factory(max_attempts=3, retry_backoff_s=0) as pipe:
+        [job_id] = pipe.submit(echo_request("r", refuse_init=True))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.FAILED and record.attempts == 1
+        assert record.error is not None and record.error["code"] == "backend_request_refused"
+
+
+async def test_a_stored_request_that_no_longer_validates_fails(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory() as pipe:
+        pipe.store.submit([NewJob("old", {"task": {"kind": "echo"}, "agent": 7})], max_queued=10)
+        pipe.scheduler.wake()
+        [record] = await pipe.wait(["old"])
+        assert record.status == JobStatus.FAILED and record.attempts == 1
+        assert record.error is not None and record.error["code"] == "invalid_input"
+
+
+async def test_a_backoff_holds_no_worker(pipeline_factory: Callable[..., Any]) -> None:
+    """The retry waits in the store: the only init worker takes the next job meanwhile."""
+    async with pipeline_factory(init_workers=1, retry_backoff_s=600) as pipe:
+        [parked] = pipe.submit(echo_request("p", fail_init=1))
+        await pipe.until(parked, lambda r: r.attempts == 1 and r.lease_owner is None)
+        [other] = pipe.submit(echo_request("o"))
+        [record] = await pipe.wait([other])
+        assert record.status == JobStatus.COMPLETED
+        waiting = pipe.store.get(parked)
+        assert waiting is not None and waiting.status == JobStatus.QUEUED
+        assert waiting.not_before is not None and waiting.not_before > time.time() + 500
+        await _cancel(pipe, parked)

@@ -266,3 +266,35 @@ def test_a_cancel_during_a_stage_ends_the_job_at_its_next_step(store: Store, clo
     assert store.claim(Stage.INIT, "n", 10) is None
     b = store.get("b")
     assert b is not None and b.status == JobStatus.CANCELLED
+
+
+def test_a_retry_waits_out_its_backoff_in_the_store(store: Store, clock: Clock) -> None:
+    store.submit(_jobs("a", "b"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.requeue("a", "n", Stage.INIT, error={"code": "sandbox_died"}, delay_s=5)
+    assert store.waiting() == {"init": 2}  # still queued, as a client sees it
+    taken = store.claim(Stage.INIT, "n", 30)
+    assert taken is not None and taken.job_id == "b"  # a is parked, b goes ahead
+    assert store.claim(Stage.INIT, "n", 30) is None
+    clock.now += 5
+    again = store.claim(Stage.INIT, "n", 30)
+    assert again is not None and (again.job_id, again.attempts) == ("a", 2)
+
+
+def test_every_stage_that_starts_over_is_an_attempt(store: Store, clock: Clock) -> None:
+    """Eval retried in eval, eval taken over after its lease ran out, eval released from a
+    node that is gone: each shows in attempts, as the inits do."""
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "n", 10)
+    store.advance("a", "n", Stage.EVAL, output={"patch": "p"})
+    first = store.claim(Stage.EVAL, "n", 10)
+    assert first is not None and first.attempts == 1  # moving on is not starting over
+    store.requeue("a", "n", Stage.EVAL, error={"code": "sandbox_died"})
+    second = store.claim(Stage.EVAL, "n", 10)
+    assert second is not None and second.attempts == 2 and second.stage_output == {"patch": "p"}
+    clock.now += 11
+    third = store.claim(Stage.EVAL, "m", 10)  # n's lease ran out: m takes it over
+    assert third is not None and third.attempts == 3
+    assert store.recover(lambda owner: owner != "m") == ["a"]
+    fourth = store.claim(Stage.EVAL, "k", 10)
+    assert fourth is not None and fourth.attempts == 4

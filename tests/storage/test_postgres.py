@@ -35,7 +35,7 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(postgres: TempPostg
     PostgresJobStore(url).close()  # creates version 1
     PostgresJobStore(url).close()  # and opens it again as it is
     postgres.sql("INSERT INTO rollserve_schema VALUES (99)", database="schema_test")
-    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 1"):
+    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 2"):
         PostgresJobStore(url)
 
 
@@ -116,3 +116,55 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
         port = sock.getsockname()[1]
     with pytest.raises(StoreUnavailableError, match="cannot reach the PostgreSQL store"):
         PostgresJobStore(f"postgresql://nobody@127.0.0.1:{port}/none", connect_timeout_s=2)
+
+
+def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
+    """A database made by the first schema version gets the columns of the later ones and
+    keeps its jobs."""
+    from rollserve.storage.pg_schema import MIGRATIONS
+
+    url = postgres.create("old_schema")
+    postgres.sql(
+        "CREATE TABLE rollserve_schema (version INTEGER NOT NULL); "
+        + MIGRATIONS[0]
+        + " INSERT INTO rollserve_schema VALUES (1);"
+        + " INSERT INTO jobs (job_id, request, stage, status, created, updated)"
+        + " VALUES ('old', '{}', 'init', 'queued', 0, 0);",
+        database="old_schema",
+    )
+    store = PostgresJobStore(url)
+    try:
+        store.submit([NewJob("new", {})], max_queued=10)
+        claimed = store.claim(Stage.INIT, "n", 30)
+        assert claimed is not None and claimed.job_id == "old"
+        store.requeue("old", "n", Stage.INIT, delay_s=60)  # the new column is there
+    finally:
+        store.close()
+
+
+def test_an_older_sqlite_file_is_migrated_in_place(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "jobs.db"
+    with sqlite3.connect(path) as db:  # a file as schema version 2 left it: no not_before
+        db.execute(
+            "CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL"
+            " UNIQUE, group_id TEXT, request TEXT NOT NULL, priority INTEGER NOT NULL DEFAULT 0,"
+            " stage TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
+            " lease_owner TEXT, lease_expires REAL, node TEXT, cancel_requested INTEGER NOT"
+            " NULL DEFAULT 0, stage_output TEXT, result TEXT, error TEXT, timing TEXT NOT NULL"
+            " DEFAULT '{}', created REAL NOT NULL, updated REAL NOT NULL, finished REAL,"
+            " done_seq INTEGER UNIQUE)"
+        )
+        db.execute(
+            "INSERT INTO jobs (job_id, request, stage, status, created, updated)"
+            " VALUES ('old', '{}', 'init', 'queued', 0, 0)"
+        )
+        db.execute("PRAGMA user_version = 2")
+    store = SqliteJobStore(path)
+    try:
+        claimed = store.claim(Stage.INIT, "n", 30)
+        assert claimed is not None and claimed.job_id == "old"
+        store.requeue("old", "n", Stage.INIT, delay_s=60)
+    finally:
+        store.close()

@@ -25,8 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from rollserve.errors import (
+    BackendRequestError,
     InfrastructureError,
+    InvalidInputError,
     LeaseLostError,
     RollserveError,
     StaleRolloutError,
@@ -265,25 +269,37 @@ class Scheduler:
             await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
 
     async def _stage(self, stage: Stage, job: JobRecord) -> None:
-        request = JobRequest.model_validate(job.request)
         started = time.monotonic()
         try:
+            request = JobRequest.model_validate(job.request)
             if stage == Stage.INIT:
                 await self._init(job, request, started)
             elif stage == Stage.RUN:
                 await self._run(job, request, started)
             else:
                 await self._eval(job, request, started)
+        except BackendRequestError as exc:
+            if _refused(exc):  # the same request would be refused again: no retry
+                await self._fail(job, exc)
+            else:
+                await self._infrastructure_failure(stage, job, exc)
         except InfrastructureError as exc:
-            await self._infrastructure_failure(job, exc)
+            await self._infrastructure_failure(stage, job, exc)
         except TimeoutError:
-            await self._infrastructure_failure(
-                job, InfrastructureError(f"the {stage} stage timed out", stage=stage.value)
-            )
+            timed_out = InfrastructureError(f"the {stage} stage timed out", stage=stage.value)
+            await self._infrastructure_failure(stage, job, timed_out)
         except StaleRolloutError as exc:  # past the job's staleness bound: not evaluated
             await self._fail(job, exc, JobStatus.STALE)
         except RollserveError as exc:  # bad input found late: not worth retrying
             await self._fail(job, exc)
+        except ValidationError as exc:  # a stored request this version no longer accepts
+            await self._fail(job, InvalidInputError(f"the job's request is invalid now: {exc}"))
+        except Exception as exc:  # a bug (in a plug-in, say): an attempt, never a silent loop
+            log.exception("job %s: %s stage failed unexpectedly", job.job_id, stage)
+            crash = InfrastructureError(
+                f"the {stage} stage failed: {type(exc).__name__}: {exc}", stage=stage.value
+            )
+            await self._infrastructure_failure(stage, job, crash)
 
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
         await self.runner.admitted(request)  # a pause may hold new jobs of its model
@@ -307,7 +323,7 @@ class Scheduler:
     async def _run(self, job: JobRecord, request: JobRequest, started: float) -> None:
         if job.job_id not in self._held:  # its sandbox is gone (a lost lease): init again
             lost = InfrastructureError("the job's sandbox was lost", stage=Stage.RUN.value)
-            await self._infrastructure_failure(job, lost)
+            await self._infrastructure_failure(Stage.RUN, job, lost)
             return
         sandbox = self._held[job.job_id]
         try:
@@ -368,16 +384,24 @@ class Scheduler:
             timing=timing,
         )
 
-    async def _infrastructure_failure(self, job: JobRecord, exc: RollserveError) -> None:
+    async def _infrastructure_failure(
+        self, stage: Stage, job: JobRecord, exc: RollserveError
+    ) -> None:
+        """Retry the job after a backoff — an evaluation in eval (the run's output is kept),
+        anything else from init — or end it as failed after ``max_attempts``. The backoff is
+        spent parked in the store, holding no worker and no lease."""
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         if job.attempts >= self.settings.max_attempts:
             await self._fail(job, exc)
             return
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
-        await asyncio.sleep(self.settings.retry_backoff_s * 2 ** (job.attempts - 1))
-        await self._store(self.store.requeue, job.job_id, self.node, Stage.INIT, error=error)
-        self.wake(Stage.INIT)
+        retry = Stage.EVAL if stage == Stage.EVAL else Stage.INIT
+        delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
+        await self._store(
+            self.store.requeue, job.job_id, self.node, retry, error=error, delay_s=delay
+        )
+        self.wake(retry)
 
     async def _fail(
         self, job: JobRecord, exc: RollserveError, status: JobStatus = JobStatus.FAILED
@@ -385,6 +409,13 @@ class Scheduler:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
+
+
+def _refused(exc: BackendRequestError) -> bool:
+    """A backend's 4xx that the same request would meet again (not a timeout, a conflict or
+    a rate limit)."""
+    status = exc.details.get("status")
+    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 425, 429)
 
 
 def _timeout(request: JobRequest, name: str, default: float) -> float:

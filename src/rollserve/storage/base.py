@@ -87,6 +87,7 @@ class JobRecord:
     timing: dict[str, float] = field(default_factory=dict)
     finished: float | None = None
     done_seq: int | None = None
+    not_before: float | None = None  # a retry's backoff: not claimable before this time
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,9 @@ class JobStore(Protocol):
 
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
         """The next job waiting for ``stage`` (highest priority, then oldest), now leased to
-        ``owner``; None when there is none."""
+        ``owner``; None when there is none. ``attempts`` counts every run of a stage that
+        starts over: each init, and any stage taken over from an expired lease, released
+        from a node that is gone, or requeued after a failure."""
         ...
 
     def heartbeat(
@@ -186,9 +189,16 @@ class JobStore(Protocol):
         ...
 
     def requeue(
-        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        error: dict[str, Any] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
-        """Give the job back, unleased, to wait for ``stage`` again (a retry)."""
+        """Give the job back, unleased, to wait for ``stage`` again (a retry), claimable once
+        ``delay_s`` has passed: a backoff that holds neither a worker nor a lease."""
         ...
 
     def cancel(self, job_id: str) -> JobRecord:

@@ -65,6 +65,10 @@ MIGRATIONS: list[str] = [
         expires DOUBLE PRECISION NOT NULL
     );
     """,
+    # 2: a retry's backoff parks the job in the store instead of holding a worker.
+    """
+    ALTER TABLE jobs ADD COLUMN not_before DOUBLE PRECISION;
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

@@ -195,16 +195,18 @@ class PostgresJobStore:
                 self._end_cancelled(cur, orphan, now)
             cur.execute(
                 "UPDATE jobs SET lease_owner = %(owner)s, lease_expires = %(expires)s,"
-                " status = %(status)s, attempts = attempts + %(attempt)s, updated = %(now)s"
+                " status = %(status)s, updated = %(now)s, attempts = attempts + CASE WHEN"
+                " %(init)s OR lease_owner IS NOT NULL THEN 1 ELSE 0 END"
                 " WHERE seq = (SELECT seq FROM jobs WHERE stage = %(stage)s"
                 " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < %(now)s)"
                 " AND (node IS NULL OR node = %(owner)s)"
+                " AND (not_before IS NULL OR not_before <= %(now)s)"
                 " ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
                 {
                     "owner": owner,
                     "expires": now + lease_s,
                     "status": STAGE_STATUS[stage].value,
-                    "attempt": 1 if stage == Stage.INIT else 0,
+                    "init": stage == Stage.INIT,
                     "now": now,
                     "stage": stage.value,
                 },
@@ -331,7 +333,13 @@ class PostgresJobStore:
             self._notify(cur, "done")
 
     def requeue(
-        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        error: dict[str, Any] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         with self._tx() as cur:
             now = self._now(cur)
@@ -342,8 +350,17 @@ class PostgresJobStore:
             status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
             cur.execute(
                 "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL,"
-                " lease_expires = NULL, node = NULL, error = %s, updated = %s WHERE seq = %s",
-                (stage.value, status.value, _json(error), now, row["seq"]),
+                " lease_expires = NULL, node = NULL, error = %s, updated = %s, not_before = %s,"
+                " attempts = attempts + %s WHERE seq = %s",
+                (
+                    stage.value,
+                    status.value,
+                    _json(error),
+                    now,
+                    now + delay_s,
+                    0 if stage == Stage.INIT else 1,  # (an init claim counts itself)
+                    row["seq"],
+                ),
             )
             self._notify(cur, stage.value)
 
@@ -438,8 +455,8 @@ class PostgresJobStore:
         status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
         cur.execute(
             "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL, lease_expires = NULL,"
-            " node = NULL, updated = %s WHERE seq = %s",
-            (stage.value, status.value, now, row["seq"]),
+            " node = NULL, updated = %s, attempts = attempts + %s WHERE seq = %s",
+            (stage.value, status.value, now, 0 if stage == Stage.INIT else 1, row["seq"]),
         )
         self._notify(cur, stage.value)
 

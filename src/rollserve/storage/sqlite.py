@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created REAL NOT NULL,
     updated REAL NOT NULL,
     finished REAL,
-    done_seq INTEGER UNIQUE
+    done_seq INTEGER UNIQUE,
+    not_before REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
 CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
@@ -72,7 +73,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     expires REAL NOT NULL
 );
 """
-SCHEMA_VERSION = 2  # PRAGMA user_version; 1 had no nodes table
+SCHEMA_VERSION = 3  # PRAGMA user_version; 1 had no nodes table, 2 no not_before
 _NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
 
 _CHUNK = 500  # ids per statement, well under SQLite's limit on bound parameters
@@ -100,6 +101,9 @@ class SqliteJobStore:
                 known=SCHEMA_VERSION,
             )
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
+        if "not_before" not in columns:  # a file of schema version 1 or 2
+            self._db.execute("ALTER TABLE jobs ADD COLUMN not_before REAL")
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @contextmanager
@@ -178,12 +182,14 @@ class SqliteJobStore:
             row = db.execute(
                 "SELECT * FROM jobs WHERE stage = ? AND cancel_requested = 0"
                 " AND (lease_owner IS NULL OR lease_expires < ?) AND (node IS NULL OR node = ?)"
+                " AND (not_before IS NULL OR not_before <= ?)"
                 " ORDER BY priority DESC, seq LIMIT 1",
-                (stage.value, now, owner),
+                (stage.value, now, owner, now),
             ).fetchone()
             if row is None:
                 return None
-            attempts = row["attempts"] + (1 if stage == Stage.INIT else 0)
+            restart = stage == Stage.INIT or row["lease_owner"] is not None  # (taken over)
+            attempts = row["attempts"] + (1 if restart else 0)
             db.execute(
                 "UPDATE jobs SET lease_owner = ?, lease_expires = ?, status = ?, attempts = ?,"
                 " updated = ? WHERE seq = ?",
@@ -317,7 +323,13 @@ class SqliteJobStore:
             )
 
     def requeue(
-        self, job_id: str, owner: str, stage: Stage, *, error: dict[str, Any] | None = None
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        *,
+        error: dict[str, Any] | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         now = self._clock()
         with self._write() as db:
@@ -326,10 +338,12 @@ class SqliteJobStore:
                 self._end_cancelled(db, row, now)
                 return
             status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
+            again = 0 if stage == Stage.INIT else 1  # (an init claim counts itself)
             db.execute(
                 "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
-                " node = NULL, error = ?, updated = ? WHERE seq = ?",
-                (stage.value, status.value, _dump(error), now, row["seq"]),
+                " node = NULL, error = ?, updated = ?, not_before = ?, attempts = attempts + ?"
+                " WHERE seq = ?",
+                (stage.value, status.value, _dump(error), now, now + delay_s, again, row["seq"]),
             )
 
     def cancel(self, job_id: str) -> JobRecord:
@@ -409,10 +423,11 @@ class SqliteJobStore:
             return
         stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
         status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
+        again = 0 if stage == Stage.INIT else 1  # eval starts over: an attempt
         db.execute(
-            "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL,"
-            " lease_expires = NULL, node = NULL, updated = ? WHERE seq = ?",
-            (stage.value, status.value, now, row["seq"]),
+            "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
+            " node = NULL, updated = ?, attempts = attempts + ? WHERE seq = ?",
+            (stage.value, status.value, now, again, row["seq"]),
         )
 
     def leave(self, owner: str) -> list[str]:

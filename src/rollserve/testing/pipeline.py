@@ -3,8 +3,10 @@
 The echo task asks for its prompt to be written to ``answer.txt`` in the workspace; the script
 agent runs shell commands (``agent.commands``) in the sandbox's persistent shell and submits
 what ``answer.txt`` then holds. Knobs for fault tests ride in the task: ``init_delay_s`` and
-``eval_delay_s`` (slow stages), ``fail_init`` (how many first attempts fail as an
-infrastructure error).
+``eval_delay_s`` (slow stages), ``fail_init`` and ``fail_eval`` (how many first attempts of
+that stage fail as an infrastructure error), ``crash_init`` (how many first inits raise a
+plain exception, as a plug-in bug would), ``refuse_init`` (init meets an inference server's
+HTTP 400).
 """
 
 from __future__ import annotations
@@ -14,7 +16,12 @@ import contextlib
 from typing import Any
 
 from rollserve.agents.base import RunContext
-from rollserve.errors import InvalidInputError, SandboxPathError, SandboxStartError
+from rollserve.errors import (
+    BackendRequestError,
+    InvalidInputError,
+    SandboxPathError,
+    SandboxStartError,
+)
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, Task
 from rollserve.schema.sandbox import SandboxSpec
@@ -29,6 +36,8 @@ class EchoHandler:
 
     def __init__(self) -> None:
         self.init_failures: dict[str, int] = {}
+        self.eval_failures: dict[str, int] = {}
+        self.prepared: dict[str, int] = {}  # inits that got as far as the workspace
         self.evaluations = 0
 
     def _extra(self, task: Task) -> dict[str, Any]:
@@ -39,6 +48,8 @@ class EchoHandler:
             ("init_delay_s", (int, float)),
             ("eval_delay_s", (int, float)),
             ("fail_init", int),
+            ("fail_eval", int),
+            ("crash_init", int),
         )
         for key, kind in numbers:
             value = self._extra(task).get(key, 0)
@@ -57,16 +68,26 @@ class EchoHandler:
         return base
 
     async def prepare(self, task: Task, sandbox: Sandbox) -> None:
+        extra = self._extra(task)
         failed = self.init_failures.get(task.task_id, 0)
-        if failed < int(self._extra(task).get("fail_init", 0)):
+        if failed < int(extra.get("fail_init", 0)) + int(extra.get("crash_init", 0)):
             self.init_failures[task.task_id] = failed + 1
+            if extra.get("crash_init"):
+                raise RuntimeError(f"injected plug-in bug {failed + 1}")
             raise SandboxStartError(f"injected init failure {failed + 1}")
+        if extra.get("refuse_init"):
+            raise BackendRequestError("injected refusal: HTTP 400", status=400)
+        self.prepared[task.task_id] = self.prepared.get(task.task_id, 0) + 1
         await asyncio.sleep(float(self._extra(task).get("init_delay_s", 0)))
         await sandbox.write_file("task.txt", task.prompt.encode())
 
     async def evaluate(
         self, task: Task, output: RunOutput, open_sandbox: SandboxOpener
     ) -> Evaluation:
+        failed = self.eval_failures.get(task.task_id, 0)
+        if failed < int(self._extra(task).get("fail_eval", 0)):
+            self.eval_failures[task.task_id] = failed + 1
+            raise SandboxStartError(f"injected eval failure {failed + 1}")
         async with open_sandbox() as sandbox:  # a fresh sandbox, as repository tasks use
             await sandbox.write_file("submitted.txt", (output.submission or "").encode())
             await asyncio.sleep(float(self._extra(task).get("eval_delay_s", 0)))
