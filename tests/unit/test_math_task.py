@@ -179,3 +179,31 @@ def test_handler_surface() -> None:
     assert "submit" in prompt
     assert "bash" in prompt
     asyncio.run(handler.prepare(task(), sandbox=None))  # type: ignore[arg-type]
+
+
+async def test_a_comparison_that_never_ends_holds_only_its_checker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """math-verify looping on an expression: the answer is judged not a match after the
+    limit, at most two checker threads are held, and the default thread pool — which every
+    store call uses — stays free."""
+    import rollserve.tasks.math as math_task
+
+    release = threading.Event()
+    started: list[str] = []
+
+    def stuck(expected: str, answer: str) -> bool:
+        started.append(answer)
+        release.wait()
+        return True
+
+    monkeypatch.setattr(math_task, "answers_match", stuck)
+    monkeypatch.setattr(math_task, "_CHECK_S", 0.5)
+    handler = MathHandler()
+    outputs = [RunOutput(ExitReason.SUBMITTED, submission=f"{i}+0") for i in range(4)]
+    results = await asyncio.gather(*(handler.evaluate(task("1"), o, no_sandbox) for o in outputs))
+    assert [r.reward for r in results] == [0.0] * 4
+    assert all("took over" in r.details["reason"] for r in results)
+    assert len(started) == 2  # the other two never got a checker
+    assert await asyncio.to_thread(lambda: "free") == "free"
+    release.set()

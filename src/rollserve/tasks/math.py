@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
+import threading
 from typing import Any
 
 from rollserve.errors import InfrastructureError, InvalidInputError
@@ -20,6 +22,8 @@ SYSTEM_PROMPT = (
 )
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_CHECKERS = 2  # threads that compare answers; a pathological one holds only these
+_CHECK_S = 10.0  # one comparison at most; past it the answer does not match
 
 
 class MathHandler:
@@ -27,6 +31,13 @@ class MathHandler:
     mathematically (``1/2``, ``0.5`` and ``\\frac{1}{2}`` are one answer), else 0."""
 
     name = "math"
+
+    def __init__(self) -> None:
+        # Its own threads, at most _CHECKERS: math-verify's timeouts only work on the main
+        # thread, so an expression that makes it loop holds one of these — never a thread the
+        # store's calls need — and, being a daemon, never holds up the process's exit.
+        self._lock = threading.Lock()
+        self._checking = 0
 
     def validate(self, task: Task) -> None:
         self.expected(task)
@@ -71,8 +82,45 @@ class MathHandler:
             )
             return Evaluation(reward=0.0, details=details)
         details["source"] = source
-        details["correct"] = await asyncio.to_thread(answers_match, expected, answer)
+        try:
+            async with asyncio.timeout(_CHECK_S):
+                details["correct"] = await self._matches(expected, answer)
+        except TimeoutError:
+            details["reason"] = f"comparing the answer took over {_CHECK_S:.0f} s: not a match"
         return Evaluation(reward=1.0 if details["correct"] else 0.0, details=details)
+
+    async def _matches(self, expected: str, answer: str) -> bool:
+        """``answers_match`` on a checker thread, once one of the _CHECKERS is free."""
+        while True:
+            with self._lock:
+                if self._checking < _CHECKERS:
+                    self._checking += 1
+                    break
+            await asyncio.sleep(0.05)
+        loop = asyncio.get_running_loop()
+        outcome: asyncio.Future[bool] = loop.create_future()
+
+        def settle(value: bool | None, error: BaseException | None) -> None:
+            if outcome.done():  # the caller gave up waiting
+                return
+            if error is not None:
+                outcome.set_exception(error)
+            else:
+                outcome.set_result(bool(value))
+
+        def check() -> None:
+            try:
+                value, error = answers_match(expected, answer), None
+            except Exception as exc:  # handed to the caller
+                value, error = None, exc
+            finally:
+                with self._lock:
+                    self._checking -= 1
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(settle, value, error)
+
+        threading.Thread(target=check, name="rollserve-math", daemon=True).start()
+        return await outcome
 
 
 def submitted_answer(output: RunOutput) -> tuple[str | None, str | None]:
