@@ -67,6 +67,7 @@ class Scheduler:
         self._workers: list[asyncio.Task[None]] = []
         self._leases: ThreadPoolExecutor | None = None
         self._beat_now = asyncio.Event()
+        self.store_error: str | None = None  # the last heartbeat's failure: not ready
         self.busy = {stage: 0 for stage in self._wake}
         self.pools = {
             Stage.INIT: settings.init_workers,
@@ -216,9 +217,17 @@ class Scheduler:
                 if loop.time() - recovered >= lease_s:
                     recovered = loop.time()
                     await self._recover()
-            except Exception:  # the store is unreachable for now: the next beat retries
+            except StoreUnavailableError as exc:  # the next beat tries again
+                if self.store_error is None:
+                    log.error("the job store does not answer; not ready until it does: %s", exc)
+                self.store_error = exc.message
+                continue
+            except Exception:  # a bug: logged, and the next beat tries again
                 log.exception("renewing %d leases failed", len(work))
                 continue
+            if self.store_error is not None:
+                log.warning("the job store answers again")
+                self.store_error = None
             for job_id in stop:
                 work[job_id].cancel()
 

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 
+from rollserve.errors import StoreUnavailableError
 from rollserve.pipeline.service import RolloutService, view
 from rollserve.schema.api import Accepted, BatchAccepted, BatchRequest, GroupCancelled, ResultsPage
 from rollserve.schema.backends import (
@@ -39,6 +40,9 @@ async def healthz() -> dict[str, str]:
 
 @health.get("/readyz")
 async def readyz(svc: Service) -> dict[str, str]:
+    """Ready while the node's heartbeat reaches the job store (503 with the reason if not)."""
+    if svc.scheduler.store_error is not None:
+        raise StoreUnavailableError(f"the job store does not answer: {svc.scheduler.store_error}")
     return {"status": "ready", "node": svc.scheduler.node}
 
 
