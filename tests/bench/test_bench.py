@@ -103,3 +103,12 @@ def test_bench_scale_json() -> None:
     assert 0 < step["p50_s"] <= step["p99_s"]
     assert 0 < step["turn_p50_ms"] <= step["turn_p99_ms"]
     assert report["max_sustained"] == 20
+
+
+def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
+    result = _bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10")
+    assert result["store"] == "postgresql" and result["server"] == "given"
+    assert [r["clients"] for r in result["results"]] == [1, 4, 16]
+    assert all(r["lifecycles"] > 0 for r in result["results"])
+    best = max(r["lifecycles_per_s"] for r in result["results"])
+    assert result["nodes_served"] == int(best // 10)

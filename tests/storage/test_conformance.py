@@ -262,8 +262,9 @@ def test_a_cancel_during_a_stage_ends_the_job_at_its_next_step(store: Store, clo
     assert store.advance("a", "n", Stage.RUN) is False  # ends instead of moving on
     a = store.get("a")
     assert a is not None and a.status == JobStatus.CANCELLED
-    clock.now += 11  # b's worker died holding it: the next claim ends it, never runs it
+    clock.now += 11  # b's worker died holding it: recovery ends it, nobody runs it
     assert store.claim(Stage.INIT, "n", 10) is None
+    assert store.recover(lambda owner: owner != "gone") == ["b"]
     b = store.get("b")
     assert b is not None and b.status == JobStatus.CANCELLED
 

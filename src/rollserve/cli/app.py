@@ -20,6 +20,7 @@ from rollserve.bench.router import Workload, bench_router, router_table
 from rollserve.bench.scale import ScaleWorkload, bench_scale, scale_table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.startup import check_backends
+from rollserve.bench.store import bench_store, store_table
 from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
@@ -229,6 +230,25 @@ def bench_scale_cmd(
         typer.echo(result.model_dump_json(indent=2))
         return
     Console().print(scale_table(result))
+
+
+@bench_app.command("store")
+def bench_store_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    store_url: Annotated[
+        str | None, typer.Option("--store-url", help="default: a throwaway PostgreSQL here")
+    ] = None,
+    seconds: Annotated[float, typer.Option("--seconds", min=0.5, help="per client count")] = 5.0,
+    per_node: Annotated[
+        float, typer.Option("--per-node", min=0.1, help="rollouts/s one node finishes")
+    ] = 25.0,
+) -> None:
+    """The job store's capacity: job lifecycles per second with 1, 4 and 16 clients."""
+    result = bench_store(store_url, seconds=seconds, per_node_rate=per_node)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(store_table(result))
 
 
 @app.command("serve")

@@ -195,3 +195,31 @@ class ImagesBenchResult(BaseModel):
     concurrent_first_uses: int
     conversions: int
     concurrent_seconds: float
+
+
+class StoreStep(BaseModel):
+    """One client count of ``rollserve bench store``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clients: int  # threads, each with its own connection, as that many nodes would have
+    lifecycles: int
+    seconds: float
+    lifecycles_per_s: float
+    claim_p50_ms: float
+    claim_p99_ms: float
+    missed_claims: int  # claims that found nothing (another client had taken the job)
+
+
+class StoreBenchResult(BaseModel):
+    """The job store's own capacity: full job lifecycles per second (submit, claim init,
+    advance, claim run, advance, claim eval, heartbeat, finish)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str  # the URL's scheme: which store was measured
+    server: str  # "throwaway" (started by the bench on this machine) or "given"
+    cpus: int
+    results: list[StoreStep]
+    per_node_rate: float  # lifecycles per second one node needs (its rollouts per second)
+    nodes_served: int  # nodes at that rate one store serves, from the best step

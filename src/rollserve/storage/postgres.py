@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 Cursor = psycopg.Cursor[dict[str, Any]]
 _NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
 _UNFINISHED = "stage <> 'done'"
+# The statement's time: the caller's clock (a test's) when given, else the database's.
+_T = "t AS (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())) AS now)"
 
 
 class PostgresJobStore:
@@ -59,7 +61,7 @@ class PostgresJobStore:
         connect_timeout_s: float = 10.0,
     ) -> None:
         self._conninfo = conninfo
-        self._kwargs: dict[str, Any] = {"row_factory": dict_row}
+        self._kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": True}
         if password is not None:
             self._kwargs["password"] = password
         self._clock = clock  # None: the database's clock (a test may move its own)
@@ -68,7 +70,6 @@ class PostgresJobStore:
             min_size=1,
             max_size=pool_size,
             kwargs=self._kwargs,
-            check=ConnectionPool.check_connection,
             timeout=connect_timeout_s,
             open=False,
             name="rollserve-store",
@@ -87,6 +88,18 @@ class PostgresJobStore:
         except BaseException:
             self._pool.close()
             raise
+
+    def _one(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """One statement, its own transaction: the hot paths are one round trip each. ``now``
+        is ``params["now"]``, or the database's clock (``_T``)."""
+        try:
+            with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(
+                    query.encode(), {"now": self._clock() if self._clock else None, **params}
+                )
+                return cur.fetchall() if cur.description else []
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
 
     @contextmanager
     def _tx(self) -> Iterator[Cursor]:
@@ -113,10 +126,13 @@ class PostgresJobStore:
 
     @staticmethod
     def _feed_place(cur: Cursor) -> int:
-        """The next place in the results feed. The lock is held to the commit: places become
-        visible in their order, so a reader that has seen N has seen everything before N."""
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (FEED_LOCK,))
-        cur.execute("SELECT nextval('jobs_done_seq') AS seq")
+        """The next place in the results feed. The lock, taken first, is held to the commit:
+        places become visible in their order, so a reader that has seen N has seen everything
+        before N."""
+        cur.execute(
+            "SELECT nextval('jobs_done_seq') AS seq FROM (SELECT pg_advisory_xact_lock(%s)) AS l",
+            (FEED_LOCK,),
+        )
         return int(_one(cur)["seq"])
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -177,42 +193,29 @@ class PostgresJobStore:
         return out
 
     def get(self, job_id: str) -> JobRecord | None:
-        with self._tx() as cur:
-            cur.execute("SELECT * FROM jobs WHERE job_id = %s", (job_id,))
-            row = cur.fetchone()
-        return to_record(row) if row else None
+        rows = self._one("SELECT * FROM jobs WHERE job_id = %(id)s", {"id": job_id})
+        return to_record(rows[0]) if rows else None
 
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
-        with self._tx() as cur:
-            now = self._now(cur)
-            # Cancelled while held by a worker that is gone: end them instead of running them.
-            cur.execute(
-                f"SELECT * FROM jobs WHERE {_UNFINISHED} AND cancel_requested"
-                " AND (lease_owner IS NULL OR lease_expires < %s) FOR UPDATE SKIP LOCKED",
-                (now,),
-            )
-            for orphan in cur.fetchall():
-                self._end_cancelled(cur, orphan, now)
-            cur.execute(
-                "UPDATE jobs SET lease_owner = %(owner)s, lease_expires = %(expires)s,"
-                " status = %(status)s, updated = %(now)s, attempts = attempts + CASE WHEN"
-                " %(init)s OR lease_owner IS NOT NULL THEN 1 ELSE 0 END"
-                " WHERE seq = (SELECT seq FROM jobs WHERE stage = %(stage)s"
-                " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < %(now)s)"
-                " AND (node IS NULL OR node = %(owner)s)"
-                " AND (not_before IS NULL OR not_before <= %(now)s)"
-                " ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING *",
-                {
-                    "owner": owner,
-                    "expires": now + lease_s,
-                    "status": STAGE_STATUS[stage].value,
-                    "init": stage == Stage.INIT,
-                    "now": now,
-                    "stage": stage.value,
-                },
-            )
-            row = cur.fetchone()
-        return to_record(row) if row else None
+        rows = self._one(
+            f"WITH {_T}, pick AS (SELECT seq FROM jobs, t WHERE stage = %(stage)s"
+            " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < t.now)"
+            " AND (node IS NULL OR node = %(owner)s)"
+            " AND (not_before IS NULL OR not_before <= t.now)"
+            " ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE OF jobs SKIP LOCKED)"
+            " UPDATE jobs SET lease_owner = %(owner)s, lease_expires = t.now + %(lease)s,"
+            " status = %(status)s, updated = t.now, attempts = jobs.attempts + CASE WHEN"
+            " %(init)s OR jobs.lease_owner IS NOT NULL THEN 1 ELSE 0 END"
+            " FROM t, pick WHERE jobs.seq = pick.seq RETURNING jobs.*",
+            {
+                "owner": owner,
+                "lease": lease_s,
+                "status": STAGE_STATUS[stage].value,
+                "init": stage == Stage.INIT,
+                "stage": stage.value,
+            },
+        )
+        return to_record(rows[0]) if rows else None
 
     def heartbeat(
         self,
@@ -222,30 +225,27 @@ class PostgresJobStore:
         *,
         node: tuple[str, dict[str, Any]] | None = None,
     ) -> list[str]:
-        with self._tx() as cur:
-            now = self._now(cur)
-            if node is not None:
-                cur.execute(
-                    "INSERT INTO nodes (owner, node_id, info, started, seen, expires)"
-                    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (owner) DO UPDATE SET"
-                    " info = excluded.info, seen = excluded.seen, expires = excluded.expires",
-                    (owner, node[0], Jsonb(node[1]), now, now, now + lease_s),
-                )
-            if not job_ids:
-                return []
-            cur.execute(
-                "UPDATE jobs SET lease_expires = %s WHERE job_id = ANY(%s)"
-                " AND lease_owner = %s AND NOT cancel_requested",
-                (now + lease_s, job_ids, owner),
-            )
-            cur.execute(
-                "SELECT job_id FROM jobs WHERE job_id = ANY(%(ids)s) AND ("
-                f" ({_UNFINISHED} AND lease_owner IS NOT NULL AND lease_owner <> %(owner)s)"
-                f" OR ({_UNFINISHED} AND cancel_requested)"
-                " OR (stage = 'done' AND status = 'cancelled'))",
-                {"ids": job_ids, "owner": owner},
-            )
-            return [row["job_id"] for row in cur.fetchall()]
+        rows = self._one(
+            f"WITH {_T}, beat AS (INSERT INTO nodes (owner, node_id, info, started, seen,"
+            " expires) SELECT %(owner)s, %(name)s, %(info)s, t.now, t.now, t.now + %(lease)s"
+            " FROM t WHERE %(beat)s ON CONFLICT (owner) DO UPDATE SET info = excluded.info,"
+            " seen = excluded.seen, expires = excluded.expires),"
+            " renew AS (UPDATE jobs SET lease_expires = t.now + %(lease)s FROM t"
+            " WHERE job_id = ANY(%(ids)s) AND lease_owner = %(owner)s AND NOT cancel_requested)"
+            " SELECT job_id FROM jobs WHERE job_id = ANY(%(ids)s) AND ("
+            f" ({_UNFINISHED} AND lease_owner IS NOT NULL AND lease_owner <> %(owner)s)"
+            f" OR ({_UNFINISHED} AND cancel_requested)"
+            " OR (stage = 'done' AND status = 'cancelled'))",
+            {
+                "owner": owner,
+                "lease": lease_s,
+                "ids": job_ids,
+                "beat": node is not None,
+                "name": node[0] if node else "",
+                "info": Jsonb(node[1] if node else {}),
+            },
+        )
+        return [row["job_id"] for row in rows]
 
     def _held(self, cur: Cursor, job_id: str, owner: str) -> dict[str, Any]:
         cur.execute("SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
@@ -265,6 +265,29 @@ class PostgresJobStore:
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
     ) -> bool:
+        moved = self._one(
+            f"WITH {_T}, moved AS (UPDATE jobs SET stage = %(stage)s, status = %(status)s,"
+            " lease_owner = NULL, lease_expires = NULL, node = %(node)s,"
+            " stage_output = %(output)s, timing = timing || %(timing)s, updated = t.now FROM t"
+            f" WHERE job_id = %(id)s AND lease_owner = %(owner)s AND {_UNFINISHED}"
+            " AND NOT cancel_requested RETURNING 1)"
+            " SELECT (SELECT count(*) FROM moved) AS n,"
+            " (SELECT count(pg_notify(%(channel)s, %(stage)s)) FROM moved WHERE %(announce)s)",
+            {
+                "stage": stage.value,
+                "status": STAGE_STATUS[stage].value,
+                "node": owner if stage == Stage.RUN else None,  # run needs init's sandbox
+                "output": _json(output),
+                "timing": Jsonb(timing or {}),
+                "id": job_id,
+                "owner": owner,
+                "channel": CHANNEL,
+                "announce": stage != Stage.RUN,  # run is claimed by this node only
+            },
+        )
+        if moved[0]["n"]:
+            return True
+        # Not held, or cancelled during the stage: find out which, under a row lock.
         with self._tx() as cur:
             now = self._now(cur)
             row = self._held(cur, job_id, owner)
@@ -508,7 +531,7 @@ class PostgresJobStore:
         """LISTEN on a connection of its own; after a reconnect, ``*``: events may be lost."""
         while not stop.is_set():
             try:
-                with psycopg.connect(self._conninfo, autocommit=True, **self._kwargs) as conn:
+                with psycopg.connect(self._conninfo, **self._kwargs) as conn:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
                     on_event("*")
                     while not stop.is_set():

@@ -172,13 +172,6 @@ class SqliteJobStore:
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
         now = self._clock()
         with self._write() as db:
-            # Cancelled while held by a worker that is gone: end them instead of running them.
-            for orphan in db.execute(
-                "SELECT * FROM jobs WHERE stage != 'done' AND cancel_requested = 1"
-                " AND (lease_owner IS NULL OR lease_expires < ?)",
-                (now,),
-            ).fetchall():
-                self._end_cancelled(db, orphan, now)
             row = db.execute(
                 "SELECT * FROM jobs WHERE stage = ? AND cancel_requested = 0"
                 " AND (lease_owner IS NULL OR lease_expires < ?) AND (node IS NULL OR node = ?)"

@@ -1,0 +1,138 @@
+"""``rollserve bench store``: how many job lifecycles per second the job store carries.
+
+Each client is a thread with its own store object (its own connections), as a node would be;
+a lifecycle is what the scheduler asks of the store for one job: submit, claim init, advance
+to run, claim run, advance to eval, claim eval, a heartbeat, finish. Without ``--store-url``
+the bench starts a throwaway PostgreSQL server on this machine (clients and server then share
+its cores) and measures that.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.table import Table
+
+from rollserve.bench.stats import quantile
+from rollserve.schema.bench import StoreBenchResult, StoreStep
+from rollserve.settings import Settings
+from rollserve.storage.base import JobStatus, NewJob, Stage, Store
+from rollserve.storage.registry import open_store
+
+CLIENTS = (1, 4, 16)
+
+
+@dataclass
+class _Client:
+    store: Store
+    owner: str
+    claims: list[float] = field(default_factory=list)
+    missed: int = 0
+    done: int = 0
+
+    def _claim(self, stage: Stage) -> str | None:
+        started = time.perf_counter()
+        job = self.store.claim(stage, self.owner, 60)
+        self.claims.append(time.perf_counter() - started)
+        if job is None:
+            self.missed += 1
+            return None
+        return job.job_id
+
+    def run(self, until: float) -> None:
+        """Lifecycles until the deadline. Init and eval are claimed from the shared queue, so
+        a client may carry another's job on: what counts is the jobs finished."""
+        while time.perf_counter() < until:
+            job_id = f"{self.owner}-{uuid.uuid4().hex[:8]}"
+            self.store.submit([NewJob(job_id, {"task": {"task_id": job_id}})], max_queued=10**9)
+            claimed = self._claim(Stage.INIT)
+            if claimed is None:
+                continue
+            self.store.advance(claimed, self.owner, Stage.RUN)
+            running = self._claim(Stage.RUN)
+            if running is None:
+                continue
+            self.store.advance(running, self.owner, Stage.EVAL, output={})
+            evaluating = self._claim(Stage.EVAL)
+            if evaluating is None:
+                continue
+            self.store.heartbeat([evaluating], self.owner, 60)
+            self.store.finish(evaluating, self.owner, JobStatus.COMPLETED, result={})
+            self.done += 1
+
+
+def _step(opener: Callable[[], Store], clients: int, seconds: float) -> StoreStep:
+    workers = [_Client(opener(), f"bench-{clients}-{i}") for i in range(clients)]
+    until = time.perf_counter() + seconds
+    started = time.perf_counter()
+    threads = [threading.Thread(target=w.run, args=(until,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for worker in workers:
+        worker.store.close()
+    claims = [c for w in workers for c in w.claims]
+    done = sum(w.done for w in workers)
+    return StoreStep(
+        clients=clients,
+        lifecycles=done,
+        seconds=round(elapsed, 3),
+        lifecycles_per_s=round(done / elapsed, 1),
+        claim_p50_ms=round(quantile(claims, 0.5) * 1000, 3),
+        claim_p99_ms=round(quantile(claims, 0.99) * 1000, 3),
+        missed_claims=sum(w.missed for w in workers),
+    )
+
+
+def bench_store(
+    store_url: str | None, seconds: float = 5.0, per_node_rate: float = 25.0
+) -> StoreBenchResult:
+    """Each client count of CLIENTS for ``seconds``, on the given store or a throwaway
+    PostgreSQL server."""
+    server = None
+    if store_url is None:
+        from rollserve.testing.postgres import TempPostgres
+
+        server = TempPostgres().start()
+        store_url = server.create("bench")
+    try:
+        settings = Settings(store_url=store_url, store_pool_size=2)
+        open_store(settings).close()  # schema made once, before the clients race to it
+        results = [_step(lambda: open_store(settings), n, seconds) for n in CLIENTS]
+    finally:
+        if server is not None:
+            server.close()
+    best = max(r.lifecycles_per_s for r in results)
+    return StoreBenchResult(
+        store=store_url.partition("://")[0],
+        server="throwaway" if server is not None else "given",
+        cpus=os.cpu_count() or 1,
+        results=results,
+        per_node_rate=per_node_rate,
+        nodes_served=int(best // per_node_rate),
+    )
+
+
+def store_table(result: StoreBenchResult) -> Table:
+    table = Table(title=f"job store ({result.store}, {result.server} server, {result.cpus} CPUs)")
+    for column in ("clients", "lifecycles/s", "claim p50 ms", "claim p99 ms", "missed claims"):
+        table.add_column(column, justify="right")
+    for r in result.results:
+        table.add_row(
+            str(r.clients),
+            f"{r.lifecycles_per_s:.0f}",
+            f"{r.claim_p50_ms:.2f}",
+            f"{r.claim_p99_ms:.2f}",
+            str(r.missed_claims),
+        )
+    table.caption = (
+        f"one store serves {result.nodes_served} nodes of {result.per_node_rate:.0f} rollouts/s"
+    )
+    return table
