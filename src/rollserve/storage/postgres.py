@@ -84,7 +84,8 @@ class PostgresJobStore:
             self._pool.open(wait=True, timeout=connect_timeout_s)
         except (psycopg.OperationalError, PoolTimeout) as exc:
             self._pool.close()
-            raise StoreUnavailableError(f"cannot reach the PostgreSQL store: {exc}") from exc
+            said = " ".join(str(exc).split())  # libpq's message spans lines
+            raise StoreUnavailableError(f"cannot reach the PostgreSQL store: {said}") from exc
         except BaseException:
             self._pool.close()
             raise
