@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rollserve.bench.images import KINDS, bench_images, images_table
+from rollserve.bench.nodes import bench_nodes, nodes_table
 from rollserve.bench.overhead import OverheadWorkload, bench_overhead, overhead_table
 from rollserve.bench.pipeline import PipelineWorkload, bench_pipeline, pipeline_table
 from rollserve.bench.router import Workload, bench_router, router_table
@@ -230,6 +231,24 @@ def bench_scale_cmd(
         typer.echo(result.model_dump_json(indent=2))
         return
     Console().print(scale_table(result))
+
+
+@bench_app.command("nodes")
+def bench_nodes_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    rollouts: Annotated[int, typer.Option("--rollouts", min=1, help="per configuration")] = 200,
+    turns: Annotated[int, typer.Option("--turns", min=2, help="model calls per rollout")] = 4,
+    model_ms: Annotated[float, typer.Option("--model-ms", min=0.0, help="per model call")] = 500,
+    store_url: Annotated[
+        str | None, typer.Option("--store-url", help="default: a throwaway PostgreSQL here")
+    ] = None,
+) -> None:
+    """One light workload through 1, 2 and 4 nodes on PostgreSQL, and 1 node on SQLite."""
+    result = bench_nodes(rollouts, turns, model_ms, store_url)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(nodes_table(result))
 
 
 @bench_app.command("store")

@@ -223,3 +223,33 @@ class StoreBenchResult(BaseModel):
     results: list[StoreStep]
     per_node_rate: float  # lifecycles per second one node needs (its rollouts per second)
     nodes_served: int  # nodes at that rate one store serves, from the best step
+
+
+class NodesStep(BaseModel):
+    """One configuration of ``rollserve bench nodes``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: str
+    nodes: int
+    rollouts: int
+    completed: int
+    errors: int  # rollouts that did not complete
+    duplicate_runs: int  # rollouts whose episode the model saw played more than once
+    retried: int  # rollouts with more than one attempt
+    seconds: float
+    rollouts_per_s: float
+    turn_gap_p50_ms: float  # from a model answer to the rollout's next call
+    turn_gap_p99_ms: float
+
+
+class NodesBenchResult(BaseModel):
+    """One light workload through 1, 2, 4 nodes on PostgreSQL and 1 node on SQLite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int
+    turns: int
+    model_ms: float
+    cpus: int
+    steps: list[NodesStep]
