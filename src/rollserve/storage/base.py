@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from rollserve.schema.jobs import JobStatus
 
 __all__ = [
+    "NODES_KEPT_S",
     "STAGE_STATUS",
     "BackendStore",
     "JobRecord",
@@ -45,6 +46,8 @@ class Stage(enum.StrEnum):
     EVAL = "eval"
     DONE = "done"
 
+
+NODES_KEPT_S = 3600.0  # a dead node stays in the fleet's list this long, then recover drops it
 
 # The status of a job waiting for, or held in, each stage.
 STAGE_STATUS = {

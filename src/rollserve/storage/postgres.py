@@ -8,26 +8,14 @@ their order and a reader never passes one that is still to appear. Changes are a
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import ConnectionPool, PoolTimeout
 
-from rollserve.errors import (
-    JobConflictError,
-    JobNotFoundError,
-    LeaseLostError,
-    QueueFullError,
-    StoreUnavailableError,
-)
+from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
 from rollserve.storage.base import (
+    NODES_KEPT_S,
     STAGE_STATUS,
     JobRecord,
     JobStatus,
@@ -36,105 +24,17 @@ from rollserve.storage.base import (
     Stage,
     Submitted,
 )
-from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
+from rollserve.storage.pg_connection import Cursor, PgConnection, first, json_or_none
+from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK
 from rollserve.storage.rows import merged_timing, to_record
 
-log = logging.getLogger(__name__)
-
-Cursor = psycopg.Cursor[dict[str, Any]]
-_NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
 _UNFINISHED = "stage <> 'done'"
 # The statement's time: the caller's clock (a test's) when given, else the database's.
 _T = "t AS (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())) AS now)"
 
 
-class PostgresJobStore:
+class PostgresJobStore(PgConnection):
     """:class:`rollserve.storage.base.Store` on a PostgreSQL database shared by nodes."""
-
-    def __init__(
-        self,
-        conninfo: str,
-        *,
-        password: str | None = None,
-        pool_size: int = 10,
-        clock: Callable[[], float] | None = None,
-        connect_timeout_s: float = 10.0,
-    ) -> None:
-        self._conninfo = conninfo
-        self._kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": True}
-        if password is not None:
-            self._kwargs["password"] = password
-        self._clock = clock  # None: the database's clock (a test may move its own)
-        self._pool = ConnectionPool(
-            conninfo,
-            min_size=1,
-            max_size=pool_size,
-            kwargs=self._kwargs,
-            timeout=connect_timeout_s,
-            open=False,
-            name="rollserve-store",
-        )
-        try:
-            # One connection first: a refusal (a wrong password, no such database) is reported
-            # as the server said it, not as a pool that timed out retrying.
-            with psycopg.connect(
-                conninfo, connect_timeout=max(1, int(connect_timeout_s)), **self._kwargs
-            ) as conn:
-                migrate(conn)
-            self._pool.open(wait=True, timeout=connect_timeout_s)
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            self._pool.close()
-            said = " ".join(str(exc).split())  # libpq's message spans lines
-            raise StoreUnavailableError(f"cannot reach the PostgreSQL store: {said}") from exc
-        except BaseException:
-            self._pool.close()
-            raise
-
-    def _one(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """One statement, its own transaction: the hot paths are one round trip each. ``now``
-        is ``params["now"]``, or the database's clock (``_T``)."""
-        try:
-            with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-                cur.execute(
-                    query.encode(), {"now": self._clock() if self._clock else None, **params}
-                )
-                return cur.fetchall() if cur.description else []
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
-
-    @contextmanager
-    def _tx(self) -> Iterator[Cursor]:
-        """One transaction; an unreachable database is a StoreUnavailableError."""
-        try:
-            with (
-                self._pool.connection() as conn,
-                conn.transaction(),
-                conn.cursor(row_factory=dict_row) as cur,
-            ):
-                yield cur
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
-
-    def _now(self, cur: Cursor) -> float:
-        if self._clock is not None:
-            return self._clock()
-        cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
-        return float(_one(cur)["now"])
-
-    @staticmethod
-    def _notify(cur: Cursor, event: str) -> None:
-        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, event))
-
-    @staticmethod
-    def _feed_place(cur: Cursor) -> int:
-        """The next place in the results feed. The lock, taken first, is held to the commit:
-        places become visible in their order, so a reader that has seen N has seen everything
-        before N."""
-        cur.execute(
-            "SELECT nextval('jobs_done_seq') AS seq FROM (SELECT pg_advisory_xact_lock(%s)) AS l",
-            (FEED_LOCK,),
-        )
-        return int(_one(cur)["seq"])
 
     # -- jobs ------------------------------------------------------------------------------------
 
@@ -162,7 +62,7 @@ class PostgresJobStore:
             if not fresh:
                 return out
             cur.execute(f"SELECT count(*) AS n FROM jobs WHERE {_UNFINISHED}")
-            waiting = int(_one(cur)["n"])
+            waiting = int(first(cur)["n"])
             if waiting + len(fresh) > max_queued:
                 raise QueueFullError(
                     f"the queue holds {waiting} unfinished jobs; {len(fresh)} more would pass "
@@ -278,7 +178,7 @@ class PostgresJobStore:
                 "stage": stage.value,
                 "status": STAGE_STATUS[stage].value,
                 "node": owner if stage == Stage.RUN else None,  # run needs init's sandbox
-                "output": _json(output),
+                "output": json_or_none(output),
                 "timing": Jsonb(timing or {}),
                 "id": job_id,
                 "owner": owner,
@@ -303,7 +203,7 @@ class PostgresJobStore:
                     stage.value,
                     STAGE_STATUS[stage].value,
                     owner if stage == Stage.RUN else None,  # run needs init's sandbox
-                    _json(output),
+                    json_or_none(output),
                     Jsonb(merged_timing(row["timing"], timing)),
                     now,
                     row["seq"],
@@ -345,8 +245,8 @@ class PostgresJobStore:
                 " WHERE seq = %s",
                 (
                     status.value,
-                    _json(result),
-                    _json(error),
+                    json_or_none(result),
+                    json_or_none(error),
                     Jsonb(merged_timing(row["timing"], timing)),
                     now,
                     now,
@@ -379,7 +279,7 @@ class PostgresJobStore:
                 (
                     stage.value,
                     status.value,
-                    _json(error),
+                    json_or_none(error),
                     now,
                     now + delay_s,
                     0 if stage == Stage.INIT else 1,  # (an init claim counts itself)
@@ -397,7 +297,7 @@ class PostgresJobStore:
                 raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
             self._cancel_row(cur, row, now)
             cur.execute("SELECT * FROM jobs WHERE job_id = %s", (job_id,))
-            return to_record(_one(cur))
+            return to_record(first(cur))
 
     def _cancel_row(self, cur: Cursor, row: dict[str, Any], now: float) -> None:
         if row["stage"] == Stage.DONE.value:
@@ -445,7 +345,7 @@ class PostgresJobStore:
             cur.execute(
                 "SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS head FROM jobs_done_seq"
             )
-            return int(_one(cur)["head"])
+            return int(first(cur)["head"])
 
     # -- nodes -----------------------------------------------------------------------------------
 
@@ -466,7 +366,7 @@ class PostgresJobStore:
                     continue
                 self._release(cur, row, now)
                 released.append(row["job_id"])
-            cur.execute("DELETE FROM nodes WHERE expires < %s", (now - _NODES_KEPT_S,))
+            cur.execute("DELETE FROM nodes WHERE expires < %s", (now - NODES_KEPT_S,))
         return released
 
     def _release(self, cur: Cursor, row: dict[str, Any], now: float) -> None:
@@ -514,33 +414,6 @@ class PostgresJobStore:
             )
             for row in rows
         ]
-
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
-        stop = threading.Event()
-        thread = threading.Thread(
-            target=self._listen, args=(on_event, stop), name="rollserve-store-listen", daemon=True
-        )
-        thread.start()
-
-        def unsubscribe() -> None:
-            stop.set()
-            thread.join()
-
-        return unsubscribe
-
-    def _listen(self, on_event: Callable[[str], None], stop: threading.Event) -> None:
-        """LISTEN on a connection of its own; after a reconnect, ``*``: events may be lost."""
-        while not stop.is_set():
-            try:
-                with psycopg.connect(self._conninfo, **self._kwargs) as conn:
-                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
-                    on_event("*")
-                    while not stop.is_set():
-                        for note in conn.notifies(timeout=0.5):
-                            on_event(note.payload)
-            except psycopg.OperationalError as exc:
-                log.warning("store notifications lost (%s); reconnecting", exc)
-                stop.wait(1.0)
 
     # -- queue figures and retention --------------------------------------------------------------
 
@@ -590,16 +463,3 @@ class PostgresJobStore:
             deleted = cur.rowcount > 0
             self._notify(cur, "backends")
             return deleted
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-def _one(cur: Cursor) -> dict[str, Any]:
-    row = cur.fetchone()
-    assert row is not None
-    return row
-
-
-def _json(value: dict[str, Any] | None) -> Jsonb | None:
-    return None if value is None else Jsonb(value)

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from rollserve.errors import (
@@ -16,112 +12,29 @@ from rollserve.errors import (
     JobNotFoundError,
     LeaseLostError,
     QueueFullError,
-    StoreSchemaError,
 )
 from rollserve.storage.base import (
+    NODES_KEPT_S,
     STAGE_STATUS,
     JobRecord,
     JobStatus,
     NewJob,
-    NodeRecord,
     Stage,
     Submitted,
 )
 from rollserve.storage.rows import JSON_COLUMNS, merged_timing, to_record
+from rollserve.storage.sqlite_connection import (
+    SCHEMA_VERSION,
+    SqliteConnection,
+)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL UNIQUE,
-    group_id TEXT,
-    request TEXT NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0,
-    stage TEXT NOT NULL,
-    status TEXT NOT NULL,
-    attempts INTEGER NOT NULL DEFAULT 0,
-    lease_owner TEXT,
-    lease_expires REAL,
-    node TEXT,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    stage_output TEXT,
-    result TEXT,
-    error TEXT,
-    timing TEXT NOT NULL DEFAULT '{}',
-    created REAL NOT NULL,
-    updated REAL NOT NULL,
-    finished REAL,
-    done_seq INTEGER UNIQUE,
-    not_before REAL
-);
-CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
-CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-INSERT OR IGNORE INTO counters (name, value)
-    SELECT 'done_seq', coalesce(max(done_seq), 0) FROM jobs;
-CREATE TABLE IF NOT EXISTS backends (
-    backend_id TEXT PRIMARY KEY,
-    spec TEXT NOT NULL,
-    updated REAL NOT NULL
-);
-CREATE TABLE IF NOT EXISTS nodes (
-    owner TEXT PRIMARY KEY,
-    node_id TEXT NOT NULL,
-    info TEXT NOT NULL DEFAULT '{}',
-    started REAL NOT NULL,
-    seen REAL NOT NULL,
-    expires REAL NOT NULL
-);
-"""
-SCHEMA_VERSION = 3  # PRAGMA user_version; 1 had no nodes table, 2 no not_before
-_NODES_KEPT_S = 3600.0  # a dead node stays in the fleet view this long
+__all__ = ["SCHEMA_VERSION", "SqliteJobStore"]
 
 _CHUNK = 500  # ids per statement, well under SQLite's limit on bound parameters
 
 
-class SqliteJobStore:
+class SqliteJobStore(SqliteConnection):
     """:class:`rollserve.storage.base.JobStore` in one SQLite file."""
-
-    def __init__(self, path: Path, *, clock: Callable[[], float] = time.time) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._db = sqlite3.connect(path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            self._db.close()
-            raise StoreSchemaError(
-                f"{path} has schema version {version}; this rollserve knows up to "
-                f"{SCHEMA_VERSION}: upgrade rollserve",
-                found=version,
-                known=SCHEMA_VERSION,
-            )
-        self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "not_before" not in columns:  # a file of schema version 1 or 2
-            self._db.execute("ALTER TABLE jobs ADD COLUMN not_before REAL")
-        self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken at once (BEGIN IMMEDIATE): claims never interleave,
-        whichever process holds the file."""
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._db
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
-
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
-            return self._db.execute(sql, args).fetchall()
 
     # -- jobs ------------------------------------------------------------------------------------
 
@@ -404,7 +317,7 @@ class SqliteJobStore:
                     continue
                 self._release(db, row, now)
                 released.append(row["job_id"])
-            db.execute("DELETE FROM nodes WHERE expires < ?", (now - _NODES_KEPT_S,))
+            db.execute("DELETE FROM nodes WHERE expires < ?", (now - NODES_KEPT_S,))
         return released
 
     def _release(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> None:
@@ -435,25 +348,6 @@ class SqliteJobStore:
             db.execute("DELETE FROM nodes WHERE owner = ?", (owner,))
         return [row["job_id"] for row in rows]
 
-    def nodes(self) -> list[NodeRecord]:
-        now = self._clock()
-        rows = self._read("SELECT * FROM nodes ORDER BY started, owner")
-        return [
-            NodeRecord(
-                owner=row["owner"],
-                node_id=row["node_id"],
-                info=json.loads(row["info"]),
-                started=row["started"],
-                seen=row["seen"],
-                alive=row["expires"] >= now,
-            )
-            for row in rows
-        ]
-
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
-        """SQLite cannot tell other processes' changes: nodes on one file poll."""
-        return lambda: None
-
     def purge(self, finished_before: float) -> int:
         with self._write() as db:
             return int(
@@ -475,33 +369,8 @@ class SqliteJobStore:
         rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
         return {row["status"]: row["n"] for row in rows}
 
-    # -- inference backends ----------------------------------------------------------------------
-
-    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
-        with self._write() as db:
-            db.execute(
-                "INSERT INTO backends (backend_id, spec, updated) VALUES (?, ?, ?)"
-                " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
-                " updated = excluded.updated",
-                (backend_id, json.dumps(spec), self._clock()),
-            )
-
-    def load_backends(self) -> list[dict[str, Any]]:
-        rows = self._read("SELECT spec FROM backends ORDER BY updated, backend_id")
-        return [json.loads(row["spec"]) for row in rows]
-
-    def delete_backend(self, backend_id: str) -> bool:
-        with self._write() as db:
-            return bool(
-                db.execute("DELETE FROM backends WHERE backend_id = ?", (backend_id,)).rowcount
-            )
-
     def results_head(self) -> int:
         return int(self._read("SELECT value FROM counters WHERE name = 'done_seq'")[0][0])
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
 
 
 def _next_done_seq(db: sqlite3.Connection) -> int:

@@ -1,0 +1,153 @@
+"""The PostgreSQL store's connections: a pool of autocommit connections for the store's
+statements and transactions, the database's clock, NOTIFY, the results feed's ordering lock,
+and a listening connection of its own for the announcements of every node."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from rollserve.errors import StoreUnavailableError
+from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
+
+log = logging.getLogger(__name__)
+
+Cursor = psycopg.Cursor[dict[str, Any]]
+
+
+class PgConnection:
+    """What every PostgreSQL store operation stands on."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        password: str | None = None,
+        pool_size: int = 10,
+        clock: Callable[[], float] | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self._conninfo = conninfo
+        self._kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": True}
+        if password is not None:
+            self._kwargs["password"] = password
+        self._clock = clock  # None: the database's clock (a test may move its own)
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=1,
+            max_size=pool_size,
+            kwargs=self._kwargs,
+            timeout=connect_timeout_s,
+            open=False,
+            name="rollserve-store",
+        )
+        try:
+            # One connection first: a refusal (a wrong password, no such database) is reported
+            # as the server said it, not as a pool that timed out retrying.
+            with psycopg.connect(
+                conninfo, connect_timeout=max(1, int(connect_timeout_s)), **self._kwargs
+            ) as conn:
+                migrate(conn)
+            self._pool.open(wait=True, timeout=connect_timeout_s)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            self._pool.close()
+            said = " ".join(str(exc).split())  # libpq's message spans lines
+            raise StoreUnavailableError(f"cannot reach the PostgreSQL store: {said}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def _one(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """One statement, its own transaction: the hot paths are one round trip each. ``now``
+        is ``params["now"]``, or the database's clock (``_T``)."""
+        try:
+            with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+                cur.execute(
+                    query.encode(), {"now": self._clock() if self._clock else None, **params}
+                )
+                return cur.fetchall() if cur.description else []
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
+
+    @contextmanager
+    def _tx(self) -> Iterator[Cursor]:
+        """One transaction; an unreachable database is a StoreUnavailableError."""
+        try:
+            with (
+                self._pool.connection() as conn,
+                conn.transaction(),
+                conn.cursor(row_factory=dict_row) as cur,
+            ):
+                yield cur
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise StoreUnavailableError(f"the PostgreSQL store does not answer: {exc}") from exc
+
+    def _now(self, cur: Cursor) -> float:
+        if self._clock is not None:
+            return self._clock()
+        cur.execute("SELECT extract(epoch FROM clock_timestamp())::float8 AS now")
+        return float(first(cur)["now"])
+
+    @staticmethod
+    def _notify(cur: Cursor, event: str) -> None:
+        cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, event))
+
+    @staticmethod
+    def _feed_place(cur: Cursor) -> int:
+        """The next place in the results feed. The lock, taken first, is held to the commit:
+        places become visible in their order, so a reader that has seen N has seen everything
+        before N."""
+        cur.execute(
+            "SELECT nextval('jobs_done_seq') AS seq FROM (SELECT pg_advisory_xact_lock(%s)) AS l",
+            (FEED_LOCK,),
+        )
+        return int(first(cur)["seq"])
+
+    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._listen, args=(on_event, stop), name="rollserve-store-listen", daemon=True
+        )
+        thread.start()
+
+        def unsubscribe() -> None:
+            stop.set()
+            thread.join()
+
+        return unsubscribe
+
+    def _listen(self, on_event: Callable[[str], None], stop: threading.Event) -> None:
+        """LISTEN on a connection of its own; after a reconnect, ``*``: events may be lost."""
+        while not stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, **self._kwargs) as conn:
+                    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                    on_event("*")
+                    while not stop.is_set():
+                        for note in conn.notifies(timeout=0.5):
+                            on_event(note.payload)
+            except psycopg.OperationalError as exc:
+                log.warning("store notifications lost (%s); reconnecting", exc)
+                stop.wait(1.0)
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def first(cur: Cursor) -> dict[str, Any]:
+    row = cur.fetchone()
+    assert row is not None
+    return row
+
+
+def json_or_none(value: dict[str, Any] | None) -> Jsonb | None:
+    return None if value is None else Jsonb(value)
