@@ -5,13 +5,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# The suite runs on 3 workers, a test file to a worker: most tests wait on processes,
+# servers and sandboxes rather than compute.
+PYTEST_WORKERS ?= 3
 
-.PHONY: demo test setup system lint typecheck pytest bench clean
+.PHONY: demo test check setup system lint typecheck pytest bench clean
 
 demo: setup
 	$(BIN)/rollserve demo
 
 test: setup lint typecheck pytest
+
+# The inner loop: lint, types, and the fast tests (no sandboxes beyond the shell's bash).
+check: $(STAMP) lint typecheck
+	$(BIN)/pytest -q -n 2 tests/unit tests/storage
 
 setup: system $(STAMP)
 
@@ -35,7 +42,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/rollserve sandbox check

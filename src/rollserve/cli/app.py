@@ -378,7 +378,9 @@ def main() -> None:
     try:
         app()
     except RollserveError as exc:
-        Console(stderr=True).print(f"[red]error[/red] \\[{exc.code}] {escape(exc.message)}")
+        Console(stderr=True, soft_wrap=True).print(
+            f"[red]error[/red] \\[{exc.code}] {escape(exc.message)}"
+        )
         raise SystemExit(2) from exc
 
 

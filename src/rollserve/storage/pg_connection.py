@@ -34,7 +34,7 @@ class PgConnection:
         password: str | None = None,
         pool_size: int = 10,
         clock: Callable[[], float] | None = None,
-        connect_timeout_s: float = 10.0,
+        connect_timeout_s: float = 5.0,
     ) -> None:
         self._conninfo = conninfo
         self._kwargs: dict[str, Any] = {"row_factory": dict_row, "autocommit": True}
