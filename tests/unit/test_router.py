@@ -4,6 +4,7 @@ waiting, draining removal, re-registration, cancellation and persisted registrat
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from rollserve.errors import (
 )
 from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.router import Router
-from rollserve.schema.backends import BackendSpec, BackendView
+from rollserve.schema.backends import BackendSpec, BackendView, ResumeRequest
 from rollserve.settings import Settings
 from rollserve.storage import SqliteJobStore
 from rollserve.testing.fake_llm import FakeBehaviour, FakeLLMFactory
@@ -450,3 +451,38 @@ async def test_tokenizer_and_mode_must_agree_per_model(
     # Re-registering the only backend of a model may change its tokenizer.
     await router.register(spec("e", model="chat-only", kind="openai", tokenizer="/tok/three"))
     assert router.tokenizer_for("chat-only") == "/tok/three"
+
+
+async def test_registrations_made_elsewhere_are_synced_and_races_lose_nothing(
+    make_router: MakeRouter, store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two routers on one store (two nodes): a registration, a new version and a removal on one
+    reach the other by ``sync``; a sync whose read of the store began before a registration
+    here does not drop it, and a store behind this node never lowers a version."""
+    here, there = await make_router(), await make_router()
+    await here.register(spec("a", policy_version=1))
+    await there.sync()
+    assert [(v.id, v.policy_version) for v in there.views()] == [("a", 1)]
+    await here.resume("m", ResumeRequest(policy_version=2))
+    await there.sync()
+    assert [v.policy_version for v in there.views()] == [2]
+
+    stale = store.load_backends()  # what a slow read began with
+    gate = threading.Event()
+
+    def slow_load() -> list[dict[str, Any]]:
+        gate.wait(10)
+        return stale
+
+    monkeypatch.setattr(store, "load_backends", slow_load)
+    reading = asyncio.create_task(there.sync())
+    await asyncio.sleep(0.05)  # the read has begun
+    monkeypatch.undo()
+    await there.register(spec("b"))  # made while the sync's read is on its way
+    gate.set()
+    await reading
+    assert sorted(v.id for v in there.views()) == ["a", "b"]
+
+    await here.remove("a")
+    await there.sync()
+    assert [v.id for v in there.views() if not v.draining] == ["b"]

@@ -4,10 +4,11 @@ trajectory, with health checks, failover, draining removal and re-registration."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 from rollserve.errors import (
@@ -54,6 +55,8 @@ class Router:
         self._tasks: set[asyncio.Task[None]] = set()  # drain-then-close
         self._health: asyncio.Task[None] | None = None
         self._changed = Signal()
+        self._editing = 0  # registrations being changed here (their store writes in flight)
+        self._edits = 0  # changes made here: a sync that read the store before one skips
         self.pauses = Pauses()
 
     async def start(self) -> None:
@@ -66,7 +69,10 @@ class Router:
     async def sync(self) -> None:
         """Take in what other nodes of the store registered, removed or moved to a new policy
         version. Each node keeps its own health, load and pauses."""
+        mark = (self._editing, self._edits)
         loaded = await asyncio.to_thread(self._store.load_backends)
+        if mark != (0, self._edits):  # a change here raced the read: the next sync has it
+            return
         stored = {str(spec.get("id")): spec for spec in loaded}
         for backend_id in [b for b in self._states if b not in stored]:
             self._retire(self._states.pop(backend_id))
@@ -77,6 +83,8 @@ class Router:
                 if mine == spec:
                     continue
                 if {**mine, "policy_version": spec.get("policy_version")} == spec:
+                    if (spec.get("policy_version") or 0) < (mine.get("policy_version") or 0):
+                        continue  # versions only grow: the store is behind, not this node
                     state.spec = state.spec.model_copy(
                         update={"policy_version": spec.get("policy_version")}
                     )
@@ -92,6 +100,16 @@ class Router:
             if state is not None:
                 self._retire(state)
             self._changed.notify()
+
+    @contextlib.contextmanager
+    def _edit(self) -> Iterator[None]:
+        """A change of registrations made here: syncs keep off until it is stored."""
+        self._editing += 1
+        try:
+            yield
+        finally:
+            self._editing -= 1
+            self._edits += 1
 
     def sync_soon(self) -> None:
         """Sync in the background (a store said registrations changed)."""
@@ -127,6 +145,12 @@ class Router:
         )
         backend = self._kinds.get(view.kind)(view, self._settings)
         view = backend.view  # with the kind's defaults
+        with self._edit():
+            return await self._install(backend_id, backend, view)
+
+    async def _install(
+        self, backend_id: str, backend: LLMBackend, view: BackendView
+    ) -> BackendView:
         try:
             self._check_agreement(view, backend)
             await backend.verify()
@@ -147,10 +171,11 @@ class Router:
     async def remove(self, backend_id: str) -> None:
         """Unregister a backend: it takes no new calls and is closed once its calls in
         flight are done (or after ``llm_drain_s``)."""
-        state = self._states.pop(backend_id, None)
-        if state is not None:
-            self._retire(state)
-        stored = await asyncio.to_thread(self._store.delete_backend, backend_id)
+        with self._edit():
+            state = self._states.pop(backend_id, None)
+            if state is not None:
+                self._retire(state)
+            stored = await asyncio.to_thread(self._store.delete_backend, backend_id)
         if state is None and not stored:
             raise BackendNotFoundError(
                 f"no inference backend {backend_id!r}", backend_id=backend_id
@@ -194,10 +219,11 @@ class Router:
                     f"{older[0].spec.policy_version} of backend {older[0].id}: versions only grow",
                     field="policy_version",
                 )
-            for state in self._serving(model):
-                state.spec = state.spec.model_copy(update={"policy_version": version})
-                stored = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
-                await asyncio.to_thread(self._store.save_backend, state.id, stored)
+            with self._edit():
+                for state in self._serving(model):
+                    state.spec = state.spec.model_copy(update={"policy_version": version})
+                    stored = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
+                    await asyncio.to_thread(self._store.save_backend, state.id, stored)
         self.pauses.resume(model)
         self._changed.notify()
         return self.model_state(model)
