@@ -107,10 +107,28 @@ PartitionName=test Nodes={self.host} Default=YES MaxTime=INFINITE State=UP
         )
 
     def close(self) -> None:
+        """Stop the daemons, wait until they are gone (they write their state as they go),
+        then remove the directory."""
+        pids = []
         for pid_file in ("slurmd.pid", "slurmctld.pid", "munge/pid"):
             path = self.dir / pid_file
-            if path.exists():
-                with contextlib.suppress(ProcessLookupError, ValueError):  # already gone
-                    os.kill(int(path.read_text().split()[0]), signal.SIGTERM)
-        time.sleep(0.5)
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+                pid = int(path.read_text().split()[0])
+                os.kill(pid, signal.SIGTERM)
+                pids.append(pid)
+        deadline = time.monotonic() + 15
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, whose parent is not us, counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
