@@ -119,6 +119,11 @@ def test_a_sigkilled_node_loses_no_job(
     assert max(v["attempts"] for v in views) == 2  # b's jobs ran again, once
     feed = httpx.get(f"{a.url}/v1/results", params={"limit": 100}).json()["results"]
     assert sorted(r["job_id"] for r in feed) == sorted(f"j{i}" for i in range(12))  # once each
+    sandboxes = b.data_dir / "sandboxes"
+    assert list(sandboxes.iterdir())  # what the killed node had open
+    b.start()  # back on its data directory: nothing of the killed node is left
+    assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
+    assert _status(b)["live_sandboxes"] == 0
 
 
 def test_a_node_that_stops_hands_its_jobs_over_at_once(
