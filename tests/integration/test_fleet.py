@@ -151,8 +151,8 @@ def test_a_node_that_stops_hands_its_jobs_over_at_once(
 def test_a_backend_registered_on_one_node_serves_them_all(
     fleet: Callable[..., list[Server]],
 ) -> None:
-    """Registration, a new policy version and removal reach every node through the store;
-    each node's jobs then use the backend (health and load stay each node's own)."""
+    """Registration, a pause, a new policy version and removal reach every node through the
+    store; each node's jobs use the backend (health and load stay each node's own)."""
     first, second = fleet(2)
     with ScriptedLLMServer([{"content": "hello"}] * 8) as llm:
         register_backend(
@@ -174,11 +174,14 @@ def test_a_backend_registered_on_one_node_serves_them_all(
         ]
         assert [v["status"] for v in views] == ["completed"] * 4
         assert {v["result"]["max_policy_version"] for v in views} == {3}
+        paused = lambda node: httpx.get(f"{node.url}/v1/llm/models/scripted").json()["paused"]  # noqa: E731
+        httpx.post(f"{first.url}/v1/llm/models/scripted/pause", json={"mode": "wait"})
+        _until(lambda: paused(second), timeout=10)  # a pause through one node holds them all
         resumed = httpx.post(
             f"{first.url}/v1/llm/models/scripted/resume", json={"policy_version": 4}
         )
         assert resumed.status_code == 200
-        _until(lambda: versions(second) == [4], timeout=10)
+        _until(lambda: versions(second) == [4] and not paused(second), timeout=10)
         assert httpx.delete(f"{second.url}/v1/llm/backends/s").status_code == 204
         _until(lambda: versions(first) == [], timeout=10)
 

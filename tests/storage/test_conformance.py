@@ -299,3 +299,16 @@ def test_every_stage_that_starts_over_is_an_attempt(store: Store, clock: Clock) 
     assert store.recover(lambda owner: owner != "m") == ["a"]
     fourth = store.claim(Stage.EVAL, "k", 10)
     assert fourth is not None and fourth.attempts == 4
+
+
+def test_pauses_are_shared(kit: StoreKit) -> None:
+    one, other = kit.open(), kit.open()
+    one.save_pause("m", {"mode": "wait", "admission": True})
+    assert other.load_pauses() == {"m": {"mode": "wait", "admission": True}}
+    one.save_pause("m", {"mode": "abort", "admission": False})  # changed in place
+    one.save_pause("n", {"mode": "wait", "admission": False})
+    assert sorted(other.load_pauses()) == ["m", "n"]
+    assert other.load_pauses()["m"]["mode"] == "abort"
+    other.save_pause("m", None)
+    other.save_pause("gone", None)  # not paused: nothing to do
+    assert list(one.load_pauses()) == ["n"]

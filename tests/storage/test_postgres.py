@@ -35,7 +35,7 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(postgres: TempPostg
     PostgresJobStore(url).close()  # creates version 1
     PostgresJobStore(url).close()  # and opens it again as it is
     postgres.sql("INSERT INTO rollserve_schema VALUES (99)", database="schema_test")
-    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 2"):
+    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 3"):
         PostgresJobStore(url)
 
 

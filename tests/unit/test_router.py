@@ -19,7 +19,7 @@ from rollserve.errors import (
 )
 from rollserve.llm.base import LLMBackend, SamplingParams
 from rollserve.llm.router import Router
-from rollserve.schema.backends import BackendSpec, BackendView, ResumeRequest
+from rollserve.schema.backends import BackendSpec, BackendView, PauseRequest, ResumeRequest
 from rollserve.settings import Settings
 from rollserve.storage import SqliteJobStore
 from rollserve.testing.fake_llm import FakeBehaviour, FakeLLMFactory
@@ -486,3 +486,16 @@ async def test_registrations_made_elsewhere_are_synced_and_races_lose_nothing(
     await here.remove("a")
     await there.sync()
     assert [v.id for v in there.views() if not v.draining] == ["b"]
+
+
+async def test_a_pause_made_on_one_node_holds_the_others(make_router: MakeRouter) -> None:
+    here, there = await make_router(), await make_router()
+    await here.register(spec("a", policy_version=1))
+    await there.sync()
+    await here.pause("m", PauseRequest(mode="wait", admission=True, timeout_s=1))
+    await there.sync()
+    assert there.pauses.paused("m") and there.pauses.admission_paused("m")
+    await here.resume("m", ResumeRequest(policy_version=2))
+    await there.sync()
+    assert not there.pauses.paused("m")
+    assert [v.policy_version for v in there.views()] == [2]

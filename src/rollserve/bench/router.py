@@ -77,6 +77,7 @@ class _MemoryStore:
 
     def __init__(self) -> None:
         self._specs: dict[str, dict[str, Any]] = {}
+        self._pauses: dict[str, dict[str, Any]] = {}
 
     def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
         self._specs[backend_id] = spec
@@ -86,6 +87,15 @@ class _MemoryStore:
 
     def delete_backend(self, backend_id: str) -> bool:
         return self._specs.pop(backend_id, None) is not None
+
+    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
+        if pause is None:
+            self._pauses.pop(model, None)
+        else:
+            self._pauses[model] = pause
+
+    def load_pauses(self) -> dict[str, dict[str, Any]]:
+        return dict(self._pauses)
 
 
 def _spec(name: str) -> BackendSpec:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
+from rollserve.errors import BackendUnavailableError, RollserveError, StaleRolloutError
 from rollserve.llm.base import LLMBackend
 from rollserve.schema.backends import BackendView
 
@@ -105,3 +106,47 @@ async def _check(state: BackendState, timeout: float) -> bool:
     log.info("inference backend %s re-admitted", state.id)
     state.healthy = True
     return True
+
+
+def unavailable(
+    states: list[BackendState],
+    registered: set[str],
+    model: str | None,
+    floor: int | None,
+    waited_s: float,
+) -> RollserveError:
+    """Why no backend of ``model`` (``states``: those serving it) took a call in ``waited_s``:
+    none new enough for the version ``floor`` (stale), none registered, or ejected and full."""
+    what = f"model {model!r}" if model is not None else "any model"
+    versions = [s.spec.policy_version for s in states if s.spec.policy_version is not None]
+    newest = max(versions) if versions else None
+    below = [s for s in states if (s.spec.policy_version or -1) < (floor or 0)]
+    if floor is not None and states and len(below) == len(states):
+        return StaleRolloutError(
+            f"no backend of {what} has policy version {floor} or newer (newest: "
+            f"{newest}) after waiting {waited_s:g}s",
+            floor=floor,
+            newest=newest,
+        )
+    if not states:
+        known = ", ".join(sorted(registered)) or "none"
+        return BackendUnavailableError(
+            f"no inference backend is registered for {what} (registered models: {known})",
+            model=model,
+            backends=0,
+        )
+    ejected = [s for s in states if not s.healthy]
+    full = len(states) - len(ejected)
+    why = []
+    if ejected:
+        why.append(f"{len(ejected)} ejected (last error: {ejected[-1].last_error})")
+    if full:
+        why.append(f"{full} at max_concurrency")
+    return BackendUnavailableError(
+        f"no usable inference backend for {what} after waiting "
+        f"{waited_s:g}s: {len(states)} registered, {', '.join(why)}",
+        model=model,
+        backends=len(states),
+        ejected=len(ejected),
+        full=full,
+    )

@@ -9,17 +9,16 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from rollserve.errors import (
     BackendNotFoundError,
     BackendUnavailableError,
     InvalidInputError,
     RollserveError,
-    StaleRolloutError,
 )
 from rollserve.llm.base import LLMBackend
-from rollserve.llm.health import BackendState, Signal, check_health
+from rollserve.llm.health import BackendState, Signal, check_health, unavailable
 from rollserve.llm.pause import PauseAborted, Pauses
 from rollserve.registry import Registry
 from rollserve.schema.backends import (
@@ -70,9 +69,12 @@ class Router:
         """Take in what other nodes of the store registered, removed or moved to a new policy
         version. Each node keeps its own health, load and pauses."""
         mark = (self._editing, self._edits)
-        loaded = await asyncio.to_thread(self._store.load_backends)
+        loaded, pauses = await asyncio.to_thread(
+            lambda: (self._store.load_backends(), self._store.load_pauses())
+        )
         if mark != (0, self._edits):  # a change here raced the read: the next sync has it
             return
+        self._sync_pauses(pauses)
         stored = {str(spec.get("id")): spec for spec in loaded}
         for backend_id in [b for b in self._states if b not in stored]:
             self._retire(self._states.pop(backend_id))
@@ -99,6 +101,17 @@ class Router:
             self._states[view.id] = BackendState(backend, view)
             if state is not None:
                 self._retire(state)
+            self._changed.notify()
+
+    def _sync_pauses(self, stored: dict[str, dict[str, Any]]) -> None:
+        """Hold or release this node's calls as the store says another node paused them."""
+        for model, how in stored.items():
+            mode, admission = how.get("mode", "wait"), bool(how.get("admission"))
+            if self.pauses.mode(model) != mode or self.pauses.admission_paused(model) != admission:
+                self.pauses.pause(model, mode, admission)
+                self._changed.notify()
+        for model in [m for m in self.pauses.models() if m not in stored]:
+            self.pauses.resume(model)
             self._changed.notify()
 
     @contextlib.contextmanager
@@ -198,9 +211,13 @@ class Router:
     async def pause(self, model: str, request: PauseRequest) -> ModelState:
         """Pause ``model``: its new calls wait (neither timing out nor ejecting anything); with
         ``abort`` its calls in flight are cancelled and sent again after the resume. Returns
-        once no call of the model is in flight, or after ``timeout_s``."""
+        once no call of the model is in flight here, or after ``timeout_s``. The pause is
+        stored: the other nodes of the store hold the model's calls as soon as they sync."""
         self.pauses.pause(model, request.mode, request.admission)
         self._changed.notify()
+        with self._edit():
+            how = {"mode": request.mode, "admission": request.admission}
+            await asyncio.to_thread(self._store.save_pause, model, how)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.timeout_s
         while self._in_flight(model) and (remaining := deadline - loop.time()) > 0:
@@ -219,11 +236,12 @@ class Router:
                     f"{older[0].spec.policy_version} of backend {older[0].id}: versions only grow",
                     field="policy_version",
                 )
-            with self._edit():
-                for state in self._serving(model):
-                    state.spec = state.spec.model_copy(update={"policy_version": version})
-                    stored = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
-                    await asyncio.to_thread(self._store.save_backend, state.id, stored)
+        with self._edit():
+            for state in self._serving(model) if version is not None else []:
+                state.spec = state.spec.model_copy(update={"policy_version": version})
+                stored = state.spec.model_dump(mode="json", exclude=set(_LIVE_FIELDS))
+                await asyncio.to_thread(self._store.save_backend, state.id, stored)
+            await asyncio.to_thread(self._store.save_pause, model, None)
         self.pauses.resume(model)
         self._changed.notify()
         return self.model_state(model)
@@ -319,46 +337,18 @@ class Router:
                 continue
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._unavailable(model, floor)
+                raise unavailable(
+                    self._serving(model),
+                    {s.spec.model for s in self._states.values()},
+                    model,
+                    floor,
+                    self._settings.llm_wait_s,
+                )
             await self._changed.wait(remaining)
 
     def _release(self, state: BackendState) -> None:
         state.in_flight -= 1
         self._changed.notify()
-
-    def _unavailable(self, model: str | None, floor: int | None = None) -> RollserveError:
-        what = f"model {model!r}" if model is not None else "any model"
-        states = self._serving(model)
-        below = [s for s in states if (s.spec.policy_version or -1) < (floor or 0)]
-        if floor is not None and states and len(below) == len(states):
-            return StaleRolloutError(
-                f"no backend of {what} has policy version {floor} or newer (newest: "
-                f"{self.newest_version(model)}) after waiting {self._settings.llm_wait_s:g}s",
-                floor=floor,
-                newest=self.newest_version(model),
-            )
-        if not states:
-            known = ", ".join(sorted({s.spec.model for s in self._states.values()})) or "none"
-            return BackendUnavailableError(
-                f"no inference backend is registered for {what} (registered models: {known})",
-                model=model,
-                backends=0,
-            )
-        ejected = [s for s in states if not s.healthy]
-        full = len(states) - len(ejected)
-        why = []
-        if ejected:
-            why.append(f"{len(ejected)} ejected (last error: {ejected[-1].last_error})")
-        if full:
-            why.append(f"{full} at max_concurrency")
-        return BackendUnavailableError(
-            f"no usable inference backend for {what} after waiting "
-            f"{self._settings.llm_wait_s:g}s: {len(states)} registered, {', '.join(why)}",
-            model=model,
-            backends=len(states),
-            ejected=len(ejected),
-            full=full,
-        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 

@@ -261,6 +261,15 @@ class BackendStore(Protocol):
         """Forget a backend; False if it was not registered."""
         ...
 
+    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
+        """Record that ``model`` is paused (how: mode, admission), or with None that it is
+        not: every node of the store holds its calls alike."""
+        ...
+
+    def load_pauses(self) -> dict[str, dict[str, Any]]:
+        """The paused models and how each is paused."""
+        ...
+
 
 class Store(JobStore, BackendStore, Protocol):
     """A job store that also keeps the inference backends: what a node runs on."""

@@ -69,6 +69,14 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE jobs ADD COLUMN not_before DOUBLE PRECISION;
     """,
+    # 3: a model's pause holds its calls on every node.
+    """
+    CREATE TABLE pauses (
+        model TEXT PRIMARY KEY,
+        pause JSONB NOT NULL,
+        updated DOUBLE PRECISION NOT NULL
+    );
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

@@ -452,6 +452,23 @@ class PostgresJobStore(PgConnection):
             )
             self._notify(cur, "backends")
 
+    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
+        with self._tx() as cur:
+            if pause is None:
+                cur.execute("DELETE FROM pauses WHERE model = %s", (model,))
+            else:
+                cur.execute(
+                    "INSERT INTO pauses (model, pause, updated) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (model) DO UPDATE SET pause = excluded.pause,"
+                    " updated = excluded.updated",
+                    (model, Jsonb(pause), self._now(cur)),
+                )
+            self._notify(cur, "backends")
+
+    def load_pauses(self) -> dict[str, dict[str, Any]]:
+        rows = self._one("SELECT model, pause FROM pauses", {})
+        return {row["model"]: row["pause"] for row in rows}
+
     def load_backends(self) -> list[dict[str, Any]]:
         with self._tx() as cur:
             cur.execute("SELECT spec FROM backends ORDER BY updated, backend_id")

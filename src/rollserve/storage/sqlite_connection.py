@@ -51,6 +51,11 @@ CREATE TABLE IF NOT EXISTS backends (
     spec TEXT NOT NULL,
     updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS pauses (
+    model TEXT PRIMARY KEY,
+    pause TEXT NOT NULL,
+    updated REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS nodes (
     owner TEXT PRIMARY KEY,
     node_id TEXT NOT NULL,
@@ -60,7 +65,7 @@ CREATE TABLE IF NOT EXISTS nodes (
     expires REAL NOT NULL
 );
 """
-SCHEMA_VERSION = 3  # PRAGMA user_version; 1 had no nodes table, 2 no not_before
+SCHEMA_VERSION = 4  # PRAGMA user_version; 1 had no nodes, 2 no not_before, 3 no pauses
 
 
 class SqliteConnection:
@@ -136,6 +141,21 @@ class SqliteConnection:
                 " updated = excluded.updated",
                 (backend_id, json.dumps(spec), self._clock()),
             )
+
+    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
+        with self._write() as db:
+            if pause is None:
+                db.execute("DELETE FROM pauses WHERE model = ?", (model,))
+                return
+            db.execute(
+                "INSERT INTO pauses (model, pause, updated) VALUES (?, ?, ?) ON CONFLICT (model)"
+                " DO UPDATE SET pause = excluded.pause, updated = excluded.updated",
+                (model, json.dumps(pause), self._clock()),
+            )
+
+    def load_pauses(self) -> dict[str, dict[str, Any]]:
+        rows = self._read("SELECT model, pause FROM pauses")
+        return {row["model"]: json.loads(row["pause"]) for row in rows}
 
     def load_backends(self) -> list[dict[str, Any]]:
         rows = self._read("SELECT spec FROM backends ORDER BY updated, backend_id")
