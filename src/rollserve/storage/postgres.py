@@ -26,7 +26,14 @@ from rollserve.storage.base import (
 )
 from rollserve.storage.pg_connection import Cursor, PgConnection, first, json_or_none
 from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK
-from rollserve.storage.rows import merged_timing, to_record
+from rollserve.storage.rows import (
+    gone,
+    held,
+    merged_timing,
+    released_to,
+    to_record,
+    waiting_for,
+)
 
 _UNFINISHED = "stage <> 'done'"
 # The statement's time: the caller's clock (a test's) when given, else the database's.
@@ -151,11 +158,7 @@ class PostgresJobStore(PgConnection):
     def _held(self, cur: Cursor, job_id: str, owner: str) -> dict[str, Any]:
         cur.execute("SELECT * FROM jobs WHERE job_id = %s FOR UPDATE", (job_id,))
         row = cur.fetchone()
-        if row is None:
-            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
-        if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
-            raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
-        return row
+        return held(row, job_id, owner)
 
     def advance(
         self,
@@ -271,7 +274,7 @@ class PostgresJobStore(PgConnection):
             if row["cancel_requested"]:
                 self._end_cancelled(cur, row, now)
                 return
-            status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
+            status, again = waiting_for(stage)
             cur.execute(
                 "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL,"
                 " lease_expires = NULL, node = NULL, error = %s, updated = %s, not_before = %s,"
@@ -282,7 +285,7 @@ class PostgresJobStore(PgConnection):
                     json_or_none(error),
                     now,
                     now + delay_s,
-                    0 if stage == Stage.INIT else 1,  # (an init claim counts itself)
+                    again,
                     row["seq"],
                 ),
             )
@@ -360,9 +363,7 @@ class PostgresJobStore(PgConnection):
                 " AND (lease_owner IS NOT NULL OR node IS NOT NULL) FOR UPDATE SKIP LOCKED"
             )
             for row in cur.fetchall():
-                holder = row["lease_owner"] or row["node"]
-                leased = row["lease_owner"] is not None and row["lease_expires"] >= now
-                if alive(holder) and (holder in live or leased):
+                if not gone(row, now, live, alive):
                     continue
                 self._release(cur, row, now)
                 released.append(row["job_id"])
@@ -375,12 +376,12 @@ class PostgresJobStore(PgConnection):
         if row["cancel_requested"]:
             self._end_cancelled(cur, row, now)
             return
-        stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
-        status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
+        stage = released_to(row["stage"])
+        status, again = waiting_for(stage)
         cur.execute(
             "UPDATE jobs SET stage = %s, status = %s, lease_owner = NULL, lease_expires = NULL,"
             " node = NULL, updated = %s, attempts = attempts + %s WHERE seq = %s",
-            (stage.value, status.value, now, 0 if stage == Stage.INIT else 1, row["seq"]),
+            (stage.value, status.value, now, again, row["seq"]),
         )
         self._notify(cur, stage.value)
 

@@ -1,11 +1,20 @@
-"""What the stores share about a job's row: turning it into a JobRecord, merging timings."""
+"""What the stores share about a job's row: turning it into a JobRecord, merging timings,
+and the rules of holding, requeueing and releasing a job, so that every store decides alike."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
-from rollserve.storage.base import JobRecord, JobStatus, Stage
+from rollserve.errors import JobNotFoundError, LeaseLostError
+from rollserve.storage.base import STAGE_STATUS, JobRecord, JobStatus, Stage
 
+
+class _Columns(Protocol):
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+Row = TypeVar("Row", bound=_Columns)  # a store's row: sqlite3.Row, or psycopg's dict row
 JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
 
 
@@ -24,3 +33,35 @@ def merged_timing(
 ) -> dict[str, float]:
     """A stage's timings added to those of the stages before."""
     return {**(stored or {}), **(timing or {})}
+
+
+def held(row: Row | None, job_id: str, owner: str) -> Row:
+    """The job's row (its columns by name), once it is known that ``owner`` holds the job."""
+    if row is None:
+        raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+    if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
+        raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
+    return row
+
+
+def waiting_for(stage: Stage) -> tuple[JobStatus, int]:
+    """A job given back to wait for ``stage``: its status, and the attempts it adds (the stage
+    starts over; an init claim counts itself, so going back to init adds none here)."""
+    if stage == Stage.INIT:
+        return JobStatus.QUEUED, 0
+    return STAGE_STATUS[stage], 1
+
+
+def released_to(stage: str) -> Stage:
+    """Where a job of a node that is gone goes: its sandbox went with the node, so init and run
+    start again from init; eval works from the stored run output in a fresh sandbox."""
+    return Stage.EVAL if stage == Stage.EVAL.value else Stage.INIT
+
+
+def gone(row: Any, now: float, live: set[str], alive: Callable[[str], bool]) -> bool:
+    """Whether the job of ``row`` (held or pinned by a node) belongs to a node that is gone:
+    ``alive`` says so (a dead process of this host), or the node's row and the job's lease
+    have both expired (``live``: owners whose node row is current)."""
+    holder = row["lease_owner"] or row["node"]
+    leased = row["lease_owner"] is not None and row["lease_expires"] >= now
+    return not (alive(holder) and (holder in live or leased))

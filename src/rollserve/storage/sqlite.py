@@ -22,7 +22,15 @@ from rollserve.storage.base import (
     Stage,
     Submitted,
 )
-from rollserve.storage.rows import JSON_COLUMNS, merged_timing, to_record
+from rollserve.storage.rows import (
+    JSON_COLUMNS,
+    gone,
+    held,
+    merged_timing,
+    released_to,
+    to_record,
+    waiting_for,
+)
 from rollserve.storage.sqlite_connection import (
     SCHEMA_VERSION,
     SqliteConnection,
@@ -148,11 +156,7 @@ class SqliteJobStore(SqliteConnection):
         row: sqlite3.Row | None = db.execute(
             "SELECT * FROM jobs WHERE job_id = ?", (job_id,)
         ).fetchone()
-        if row is None:
-            raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
-        if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
-            raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
-        return row
+        return held(row, job_id, owner)
 
     def advance(
         self,
@@ -243,8 +247,7 @@ class SqliteJobStore(SqliteConnection):
             if row["cancel_requested"]:
                 self._end_cancelled(db, row, now)
                 return
-            status = JobStatus.QUEUED if stage == Stage.INIT else STAGE_STATUS[stage]
-            again = 0 if stage == Stage.INIT else 1  # (an init claim counts itself)
+            status, again = waiting_for(stage)
             db.execute(
                 "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
                 " node = NULL, error = ?, updated = ?, not_before = ?, attempts = attempts + ?"
@@ -311,9 +314,7 @@ class SqliteJobStore(SqliteConnection):
                 " AND (lease_owner IS NOT NULL OR node IS NOT NULL)"
             ).fetchall()
             for row in rows:
-                holder = row["lease_owner"] or row["node"]
-                leased = row["lease_owner"] is not None and row["lease_expires"] >= now
-                if alive(holder) and (holder in live or leased):
+                if not gone(row, now, live, alive):
                     continue
                 self._release(db, row, now)
                 released.append(row["job_id"])
@@ -327,9 +328,8 @@ class SqliteJobStore(SqliteConnection):
         if row["cancel_requested"]:
             self._end_cancelled(db, row, now)
             return
-        stage = Stage.EVAL if row["stage"] == Stage.EVAL.value else Stage.INIT
-        status = JobStatus.QUEUED if stage == Stage.INIT else JobStatus.EVALUATING
-        again = 0 if stage == Stage.INIT else 1  # eval starts over: an attempt
+        stage = released_to(row["stage"])
+        status, again = waiting_for(stage)
         db.execute(
             "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
             " node = NULL, updated = ?, attempts = attempts + ? WHERE seq = ?",
