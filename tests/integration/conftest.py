@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rollserve.client import wait_ready
 from tests.servers import LlmServer, free_port
 
 ROOT = Path(__file__).parents[2]
@@ -47,14 +47,7 @@ class Server:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
             )
-        end = time.monotonic() + 30
-        while time.monotonic() < end:
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise AssertionError("the server did not become ready")
+        assert wait_ready(self.url, 30), "the server did not become ready"
 
     def kill(self) -> None:
         assert self.proc is not None

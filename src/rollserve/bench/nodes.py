@@ -30,12 +30,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from rich.table import Table
 
 from rollserve.bench.stats import quantile
-from rollserve.client import RolloutClient
+from rollserve.client import RolloutClient, wait_ready
 from rollserve.schema.bench import NodesBenchResult, NodesStep
 from rollserve.schema.jobs import JobRequest
 from rollserve.testing.threaded import ThreadedServer
@@ -107,31 +106,18 @@ def _start_nodes(
         port = _free_port()
         data = base / f"node-{index}"
         data.mkdir(parents=True)
-        env = {
-            **os.environ,
-            "ROLLSERVE_STORE_URL": store_url,
-            "ROLLSERVE_NODE_ID": f"bench-{index}",
-            "ROLLSERVE_RUN_WORKERS": str(run_workers),
-            "ROLLSERVE_INIT_WORKERS": "16",
-            "ROLLSERVE_EVAL_WORKERS": "16",
-        }
         command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--port", str(port)]
         command += ["--data-dir", str(data), "--plugins", "rollserve.testing.plugin"]
+        command += [f"--store-url={store_url}", f"--node-id=bench-{index}"]
+        command += [f"--run-workers={run_workers}", "--init-workers=16", "--eval-workers=16"]
         with open(base / f"node-{index}.log", "wb") as log:
-            node = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+            node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
         stack.callback(_stop, node)
         urls.append(f"http://127.0.0.1:{port}")
     deadline = time.monotonic() + 120
     for url in urls:
-        while True:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"node {url} did not become ready (logs in {base})")
-            time.sleep(0.2)
+        if not wait_ready(url, deadline - time.monotonic()):
+            raise RuntimeError(f"node {url} did not become ready (logs in {base})")
     return urls
 
 

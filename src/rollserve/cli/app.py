@@ -283,6 +283,10 @@ def serve_cmd(
     run_workers: Annotated[int | None, typer.Option(help="run pool size")] = None,
     eval_workers: Annotated[int | None, typer.Option(help="eval pool size")] = None,
     max_queued: Annotated[int | None, typer.Option(help="unfinished jobs accepted at most")] = None,
+    store_url: Annotated[
+        str | None, typer.Option(help="the job store: sqlite://PATH or postgresql://…")
+    ] = None,
+    node_id: Annotated[str | None, typer.Option(help="this node's name in the fleet")] = None,
     processes: Annotated[
         int, typer.Option(min=1, help="node processes sharing the address (NAME-0, NAME-1, …)")
     ] = 1,
@@ -301,6 +305,8 @@ def serve_cmd(
         run_workers=run_workers,
         eval_workers=eval_workers,
         max_queued=max_queued,
+        store_url=store_url,
+        node_id=node_id,
     )
     open_store(settings).close()  # a store_url that names no usable store: one line, no server
     if announce is not None and fd is None:
@@ -314,6 +320,7 @@ def serve_cmd(
     pools = {"init": init_workers, "run": run_workers, "eval": eval_workers}
     child_args += [f"--{stage}-workers={n}" for stage, n in pools.items() if n is not None]
     child_args += [f"--max-queued={max_queued}"] if max_queued is not None else []
+    child_args += [f"--store-url={store_url}"] if store_url is not None else []
     name = node_name(settings)
     raise typer.Exit(serve_processes(processes, host, port, name, child_args))
 

@@ -6,7 +6,6 @@ directory), starts again one that dies, and passes SIGTERM/SIGINT on to all of t
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -28,8 +27,8 @@ def serve_processes(count: int, host: str, port: int, name: str, child_args: lis
 
     def spawn(index: int) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--fd", str(fd)]
-        env = {**os.environ, "ROLLSERVE_NODE_ID": f"{name}-{index}"}
-        return subprocess.Popen([*command, *child_args], pass_fds=(fd,), env=env)
+        command += [f"--node-id={name}-{index}", *child_args]
+        return subprocess.Popen(command, pass_fds=(fd,))
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping

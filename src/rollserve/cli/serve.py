@@ -6,12 +6,11 @@ import importlib
 import os
 import socket
 import threading
-import time
 from pathlib import Path
 
-import httpx
 import uvicorn
 
+from rollserve.client import wait_ready
 from rollserve.errors import InvalidInputError
 from rollserve.pipeline.plugins import default_plugins
 from rollserve.pipeline.stages import Plugins
@@ -48,16 +47,10 @@ def announce_when_ready(file: Path, host: str, port: int) -> threading.Thread:
     server listens on every address."""
     public = socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
     line = f"http://{public}:{port}\n".encode()
-    local = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    local = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
     def wait_then_write() -> None:
-        while True:
-            try:
-                if httpx.get(f"http://{local}:{port}/readyz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        wait_ready(f"http://{local}:{port}")
         descriptor = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(descriptor, line)

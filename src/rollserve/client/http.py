@@ -34,6 +34,21 @@ def _body(request: JobRequest | dict[str, Any]) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True)
 
 
+def wait_ready(url: str, timeout_s: float | None = None) -> bool:
+    """Wait until the node at ``url`` answers ``/readyz`` with 200 (True), or until
+    ``timeout_s`` has passed (False; None waits as long as it takes)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(f"{url.rstrip('/')}/readyz", timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+
+
 def _urls(url: str | Sequence[str]) -> list[str]:
     urls = [url] if isinstance(url, str) else list(url)
     if not urls:
