@@ -110,5 +110,23 @@ def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
     assert result["store"] == "postgresql" and result["server"] == "given"
     assert [r["clients"] for r in result["results"]] == [1, 4, 16]
     assert all(r["lifecycles"] > 0 for r in result["results"])
+    assert all(r["client_cpu_ms"] > 0 for r in result["results"])
+    assert all(r["server_cpu_ms"] is None for r in result["results"])  # not a server of ours
     best = max(r["lifecycles_per_s"] for r in result["results"])
     assert result["nodes_served"] == int(best // 10)
+
+
+def test_bench_nodes_runs_every_configuration(postgres: Any) -> None:
+    """1 node on SQLite, then 1, 2 and 4 node processes on a throwaway PostgreSQL: every
+    rollout completes once, through nodes that share one store."""
+    result = _bench("nodes", "--rollouts", "6", "--turns", "2", "--model-ms", "0")
+    assert [(s["store"], s["nodes"]) for s in result["steps"]] == [
+        ("sqlite", 1),
+        ("postgresql", 1),
+        ("postgresql", 2),
+        ("postgresql", 4),
+    ]
+    for step in result["steps"]:
+        assert step["rollouts"] == step["completed"] == 6
+        assert step["errors"] == step["duplicate_runs"] == step["retried"] == 0
+        assert 0 < step["turn_gap_p50_ms"] <= step["turn_gap_p99_ms"]

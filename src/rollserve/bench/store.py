@@ -4,7 +4,8 @@ Each client is a thread with its own store object (its own connections), as a no
 a lifecycle is what the scheduler asks of the store for one job: submit, claim init, advance
 to run, claim run, advance to eval, claim eval, a heartbeat, finish. Without ``--store-url``
 the bench starts a throwaway PostgreSQL server on this machine (clients and server then share
-its cores) and measures that.
+its cores) and measures that; the CPU each side spends per lifecycle says where the ceiling
+is (the cores divided by their sum).
 """
 
 from __future__ import annotations
@@ -66,16 +67,27 @@ class _Client:
             self.done += 1
 
 
-def _step(opener: Callable[[], Store], clients: int, seconds: float) -> StoreStep:
+def _step(
+    opener: Callable[[], Store],
+    clients: int,
+    seconds: float,
+    server_cpu: Callable[[], float] | None,
+) -> StoreStep:
     workers = [_Client(opener(), f"bench-{clients}-{i}") for i in range(clients)]
+    for worker in workers:  # every connection open before the clock starts
+        worker.store.results_head()
     until = time.perf_counter() + seconds
     started = time.perf_counter()
+    cpu = time.process_time()
+    server = server_cpu() if server_cpu else 0.0
     threads = [threading.Thread(target=w.run, args=(until,)) for w in workers]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    cpu = time.process_time() - cpu
+    server = server_cpu() - server if server_cpu else 0.0  # before the backends exit
     for worker in workers:
         worker.store.close()
     claims = [c for w in workers for c in w.claims]
@@ -88,6 +100,8 @@ def _step(opener: Callable[[], Store], clients: int, seconds: float) -> StoreSte
         claim_p50_ms=round(quantile(claims, 0.5) * 1000, 3),
         claim_p99_ms=round(quantile(claims, 0.99) * 1000, 3),
         missed_claims=sum(w.missed for w in workers),
+        client_cpu_ms=round(cpu / max(done, 1) * 1000, 3),
+        server_cpu_ms=round(server / max(done, 1) * 1000, 3) if server_cpu else None,
     )
 
 
@@ -105,7 +119,8 @@ def bench_store(
     try:
         settings = Settings(store_url=store_url, store_pool_size=2)
         open_store(settings).close()  # schema made once, before the clients race to it
-        results = [_step(lambda: open_store(settings), n, seconds) for n in CLIENTS]
+        cpu = server.cpu_seconds if server is not None else None
+        results = [_step(lambda: open_store(settings), n, seconds, cpu) for n in CLIENTS]
     finally:
         if server is not None:
             server.close()
@@ -122,7 +137,8 @@ def bench_store(
 
 def store_table(result: StoreBenchResult) -> Table:
     table = Table(title=f"job store ({result.store}, {result.server} server, {result.cpus} CPUs)")
-    for column in ("clients", "lifecycles/s", "claim p50 ms", "claim p99 ms", "missed claims"):
+    columns = ("clients", "lifecycles/s", "claim p50 ms", "claim p99 ms", "missed claims")
+    for column in (*columns, "client CPU ms", "server CPU ms"):
         table.add_column(column, justify="right")
     for r in result.results:
         table.add_row(
@@ -131,8 +147,11 @@ def store_table(result: StoreBenchResult) -> Table:
             f"{r.claim_p50_ms:.2f}",
             f"{r.claim_p99_ms:.2f}",
             str(r.missed_claims),
+            f"{r.client_cpu_ms:.2f}",
+            "-" if r.server_cpu_ms is None else f"{r.server_cpu_ms:.2f}",
         )
     table.caption = (
-        f"one store serves {result.nodes_served} nodes of {result.per_node_rate:.0f} rollouts/s"
+        f"one store serves {result.nodes_served} nodes of {result.per_node_rate:.0f} rollouts/s;"
+        " CPU per lifecycle"
     )
     return table

@@ -209,6 +209,8 @@ class StoreStep(BaseModel):
     claim_p50_ms: float
     claim_p99_ms: float
     missed_claims: int  # claims that found nothing (another client had taken the job)
+    client_cpu_ms: float  # CPU of the clients' process per lifecycle
+    server_cpu_ms: float | None = None  # CPU of a throwaway server per lifecycle
 
 
 class StoreBenchResult(BaseModel):

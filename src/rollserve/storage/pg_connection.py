@@ -46,6 +46,7 @@ class PgConnection:
             min_size=1,
             max_size=pool_size,
             kwargs=self._kwargs,
+            configure=_configure,
             timeout=connect_timeout_s,
             open=False,
             name="rollserve-store",
@@ -141,6 +142,13 @@ class PgConnection:
 
     def close(self) -> None:
         self._pool.close()
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Every statement of the store finds its rows through an index. Prepared statements keep
+    the plan made when the jobs table was small, where a sequential scan was cheapest; as the
+    table grows that plan would read every job on every heartbeat and submit."""
+    conn.execute("SET enable_seqscan = off")
 
 
 def first(cur: Cursor) -> dict[str, Any]:

@@ -46,6 +46,49 @@ class PostgresJobStore(PgConnection):
     # -- jobs ------------------------------------------------------------------------------------
 
     def submit(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
+        ids = [job.job_id for job in jobs]
+        if jobs and len(set(ids)) == len(ids):
+            # The usual case, new ids under the bound, is one statement; anything else (ids
+            # seen before, a full queue, a race with another node) is decided below.
+            rows = self._one(
+                f"WITH {_T}, n AS (SELECT * FROM unnest(%(ids)s::text[], %(groups)s::text[],"
+                " %(requests)s::jsonb[], %(priorities)s::int[]) WITH ORDINALITY"
+                " AS n(job_id, group_id, request, priority, ord)),"
+                " ins AS (INSERT INTO jobs (job_id, group_id, request, priority, stage, status,"
+                " created, updated) SELECT n.job_id, n.group_id, n.request, n.priority, 'init',"
+                " 'queued', t.now, t.now FROM n, t"
+                " WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE job_id = ANY(%(ids)s))"
+                f" AND (SELECT count(*) FROM jobs WHERE {_UNFINISHED}) + %(k)s <= %(max)s"
+                " ORDER BY n.ord ON CONFLICT (job_id) DO NOTHING RETURNING job_id)"
+                " SELECT job_id, (SELECT count(pg_notify(%(channel)s, 'init'))"
+                " FROM (SELECT 1 FROM ins LIMIT 1) AS one) AS notified FROM ins",
+                {
+                    "ids": ids,
+                    "groups": [job.group_id for job in jobs],
+                    "requests": [Jsonb(job.request) for job in jobs],
+                    "priorities": [job.priority for job in jobs],
+                    "k": len(jobs),
+                    "max": max_queued,
+                    "channel": CHANNEL,
+                },
+            )
+            stored = {row["job_id"] for row in rows}
+            if len(stored) == len(ids):
+                return [Submitted(job_id, JobStatus.QUEUED, created=True) for job_id in ids]
+            if stored:  # another node stored some of the same ids meanwhile: its jobs stand
+                rest = self.submit(
+                    [job for job in jobs if job.job_id not in stored], max_queued=max_queued
+                )
+                decided = {s.job_id: s for s in rest}
+                return [
+                    decided.get(job_id, Submitted(job_id, JobStatus.QUEUED, created=True))
+                    for job_id in ids
+                ]
+        return self._submit_checked(jobs, max_queued=max_queued)
+
+    def _submit_checked(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
+        """Submit, job by job: ids seen before (the same request again, or a conflict),
+        duplicates within the batch, the queue's bound."""
         out: list[Submitted] = []
         fresh: dict[str, NewJob] = {}
         with self._tx() as cur:
@@ -95,7 +138,7 @@ class PostgresJobStore(PgConnection):
             self._notify(cur, Stage.INIT.value)
         raced = [job_id for job_id in fresh if job_id not in stored]
         if raced:  # another node stored the same ids in between: its jobs stand
-            again = self.submit([fresh[job_id] for job_id in raced], max_queued=max_queued)
+            again = self._submit_checked([fresh[job_id] for job_id in raced], max_queued=max_queued)
             known_now = {s.job_id: s for s in again}
             out = [known_now.get(s.job_id, s) for s in out]
         return out
@@ -106,7 +149,7 @@ class PostgresJobStore(PgConnection):
 
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
         rows = self._one(
-            f"WITH {_T}, pick AS (SELECT seq FROM jobs, t WHERE stage = %(stage)s"
+            f"WITH {_T}, pick AS (SELECT seq FROM jobs, t WHERE stage = %(stage)s AND {_UNFINISHED}"
             " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < t.now)"
             " AND (node IS NULL OR node = %(owner)s)"
             " AND (not_before IS NULL OR not_before <= t.now)"
@@ -228,6 +271,31 @@ class PostgresJobStore(PgConnection):
     ) -> None:
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
+        if owner is not None:  # the usual case: the holder ends its job, in one statement
+            done = self._one(
+                f"WITH {_T}, done AS (UPDATE jobs SET stage = 'done', status = %(status)s,"
+                " lease_owner = NULL, lease_expires = NULL, node = NULL, stage_output = NULL,"
+                " result = %(result)s, error = %(error)s, timing = timing || %(timing)s,"
+                " updated = t.now, finished = t.now, done_seq = (SELECT nextval('jobs_done_seq')"
+                " FROM (SELECT pg_advisory_xact_lock(%(lock)s)) AS l) FROM t"
+                f" WHERE job_id = %(id)s AND lease_owner = %(owner)s AND {_UNFINISHED}"
+                " RETURNING 1)"
+                " SELECT (SELECT count(*) FROM done) AS n,"
+                " (SELECT count(pg_notify(%(channel)s, 'done')) FROM done)",
+                {
+                    "status": status.value,
+                    "result": json_or_none(result),
+                    "error": json_or_none(error),
+                    "timing": Jsonb(timing or {}),
+                    "lock": FEED_LOCK,
+                    "id": job_id,
+                    "owner": owner,
+                    "channel": CHANNEL,
+                },
+            )
+            if done[0]["n"]:
+                return
+        # Not held (a LeaseLostError), already done, or ended by the service (no owner).
         with self._tx() as cur:
             now = self._now(cur)
             if owner is None:

@@ -110,6 +110,21 @@ class TempPostgres:
             "-v", "ON_ERROR_STOP=1", "-c", statement,
         )  # fmt: skip
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server's processes (postmaster and the backends alive now) have used."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        ticks = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            except OSError:  # gone meanwhile
+                continue
+            if int(entry.name) == postmaster or int(fields[1]) == postmaster:
+                ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
