@@ -135,6 +135,7 @@ def test_pause_and_resume_bodies_are_validated(server_factory: Callable[..., Ser
             "admission_paused": False,
             "policy_version": 0,
             "in_flight": 0,
+            "nodes_pending": [],
             "aborted": 0,
             "paused_s": 0.0,
         }

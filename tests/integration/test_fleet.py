@@ -186,6 +186,61 @@ def test_a_backend_registered_on_one_node_serves_them_all(
         _until(lambda: versions(first) == [], timeout=10)
 
 
+def test_a_pause_through_one_node_waits_for_the_calls_of_every_node(
+    fleet: Callable[..., list[Server]],
+) -> None:
+    """A ``wait`` pause sent to a node that runs nothing returns only once the call in flight
+    on another node has ended, and says so; until then that node is named as pending."""
+    with ScriptedLLMServer([{"content": "hello"}] * 2, delay_s=8) as llm:
+        (runner,) = fleet(1)
+        register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
+        task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
+        job = {"job_id": "slow", "task": task, "model": "scripted", "agent": {"name": "tool", "max_turns": 1}}
+        httpx.post(f"{runner.url}/v1/jobs", json=job)
+        _until(lambda: len(llm.requests) == 1)  # the call is in flight on the runner
+        (idle,) = fleet(1)
+        state = lambda: httpx.get(f"{idle.url}/v1/llm/models/scripted").json()  # noqa: E731
+        _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
+        pause = httpx.post(
+            f"{idle.url}/v1/llm/models/scripted/pause",
+            json={"mode": "wait", "timeout_s": 60},
+            timeout=70,
+        ).json()
+        assert llm.served == 1  # the runner's call ended before the pause answered
+        assert pause["paused"] and pause["in_flight"] == 0 and pause["nodes_pending"] == []
+        assert state()["nodes_pending"] == []
+        resumed = httpx.post(f"{idle.url}/v1/llm/models/scripted/resume", json={})
+        assert resumed.status_code == 200 and not resumed.json()["paused"]
+        view = httpx.get(f"{idle.url}/v1/jobs/slow", params={"wait": 60}, timeout=70).json()
+        assert view["status"] == "completed"
+
+
+def test_a_pause_names_the_nodes_still_running_calls(
+    fleet: Callable[..., list[Server]],
+) -> None:
+    """A pause whose wait runs out answers with the calls still in flight and the node that
+    runs them."""
+    with ScriptedLLMServer([{"content": "hello"}] * 2, delay_s=15) as llm:
+        runner, idle = fleet(2, init_workers="1")
+        register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
+        _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
+        task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
+        job = {"job_id": "slow", "task": task, "model": "scripted", "agent": {"name": "tool", "max_turns": 1}}
+        httpx.post(f"{runner.url}/v1/jobs", json=job)
+        _until(lambda: len(llm.requests) == 1)
+        busy = next(n for n in (runner, idle) if _status(n)["stages"]["run"]["active"] == 1)
+        other = idle if busy is runner else runner
+        pause = httpx.post(
+            f"{other.url}/v1/llm/models/scripted/pause",
+            json={"mode": "wait", "timeout_s": 2},
+            timeout=30,
+        ).json()
+        assert pause["paused"] and pause["in_flight"] == 1
+        assert pause["nodes_pending"] == [_status(busy)["node_id"]]
+        assert llm.served == 0
+        httpx.post(f"{other.url}/v1/llm/models/scripted/resume", json={})
+
+
 def test_a_database_restart_loses_nothing(tmp_path: Path, postgres: TempPostgres) -> None:
     """PostgreSQL is killed under a working node: the node says it is not ready (503, with
     the reason), refuses submits with a clear 503 and stores none of them; once the database

@@ -24,6 +24,7 @@ class _Pause:
     mode: PauseMode
     admission: bool
     since: float  # monotonic
+    token: str = ""  # names this pause across the nodes of a store
     aborted: int = 0
 
 
@@ -49,6 +50,11 @@ class Pauses:
         pause = self._paused.get(model)
         return pause.mode if pause is not None else None
 
+    def token(self, model: str) -> str | None:
+        """The token of the pause of ``model`` (None when it is not paused)."""
+        pause = self._paused.get(model)
+        return pause.token if pause is not None else None
+
     def aborted(self, model: str) -> int:
         pause = self._paused.get(model)
         return pause.aborted if pause is not None else 0
@@ -65,13 +71,13 @@ class Pauses:
             return 0.0
         return self._stalled.get(model, 0.0) + self.paused_for(model)
 
-    def pause(self, model: str, mode: PauseMode, admission: bool) -> int:
-        """Pause ``model`` (again: the mode and admission are updated); with ``abort`` the
-        calls in flight are cancelled. Returns how many were."""
+    def pause(self, model: str, mode: PauseMode, admission: bool, token: str = "") -> int:
+        """Pause ``model`` (again: the mode, admission and token are updated); with ``abort``
+        the calls in flight are cancelled. Returns how many were."""
         pause = self._paused.get(model)
         if pause is None:
             pause = self._paused[model] = _Pause(mode, admission, time.monotonic())
-        pause.mode, pause.admission = mode, admission
+        pause.mode, pause.admission, pause.token = mode, admission, token
         if mode == "abort":
             for task, of in list(self._calls.items()):
                 if of == model and not task.done() and task not in self._aborted:

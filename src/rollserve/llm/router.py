@@ -7,19 +7,20 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from rollserve.errors import (
     BackendNotFoundError,
-    BackendUnavailableError,
     InvalidInputError,
     RollserveError,
 )
 from rollserve.llm.base import LLMBackend
 from rollserve.llm.health import BackendState, Signal, check_health, unavailable
-from rollserve.llm.pause import PauseAborted, Pauses
+from rollserve.llm.pause import Pauses
+from rollserve.llm.route import RouteSession
 from rollserve.registry import Registry
 from rollserve.schema.backends import (
     BackendSpec,
@@ -33,7 +34,6 @@ from rollserve.storage.base import BackendStore
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 BackendFactory = Callable[[BackendView, Settings], LLMBackend]
 """Builds the backend object of one registration (by ``BackendSpec.kind``)."""
 
@@ -57,6 +57,9 @@ class Router:
         self._editing = 0  # registrations being changed here (their store writes in flight)
         self._edits = 0  # changes made here: a sync that read the store before one skips
         self.pauses = Pauses()
+        # Called when this node's part in a pause changes (it takes one up, or its last call
+        # of a paused model ends): the service reports to the fleet at once.
+        self.on_pause_change: Callable[[], None] = lambda: None
 
     async def start(self) -> None:
         """Build the stored registrations (the health loop decides whether they answer) and
@@ -105,14 +108,22 @@ class Router:
 
     def _sync_pauses(self, stored: dict[str, dict[str, Any]]) -> None:
         """Hold or release this node's calls as the store says another node paused them."""
+        changed = False
         for model, how in stored.items():
             mode, admission = how.get("mode", "wait"), bool(how.get("admission"))
-            if self.pauses.mode(model) != mode or self.pauses.admission_paused(model) != admission:
-                self.pauses.pause(model, mode, admission)
-                self._changed.notify()
+            token = str(how.get("token", ""))
+            if (self.pauses.mode(model), self.pauses.admission_paused(model)) != (
+                mode,
+                admission,
+            ) or self.pauses.token(model) != token:
+                self.pauses.pause(model, mode, admission, token)
+                changed = True
         for model in [m for m in self.pauses.models() if m not in stored]:
             self.pauses.resume(model)
+            changed = True
+        if changed:
             self._changed.notify()
+            self.on_pause_change()
 
     @contextlib.contextmanager
     def _edit(self) -> Iterator[None]:
@@ -213,10 +224,11 @@ class Router:
         ``abort`` its calls in flight are cancelled and sent again after the resume. Returns
         once no call of the model is in flight here, or after ``timeout_s``. The pause is
         stored: the other nodes of the store hold the model's calls as soon as they sync."""
-        self.pauses.pause(model, request.mode, request.admission)
+        token = secrets.token_hex(8)
+        self.pauses.pause(model, request.mode, request.admission, token)
         self._changed.notify()
         with self._edit():
-            how = {"mode": request.mode, "admission": request.admission}
+            how = {"mode": request.mode, "admission": request.admission, "token": token}
             await asyncio.to_thread(self._store.save_pause, model, how)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + request.timeout_s
@@ -263,6 +275,14 @@ class Router:
         """Wait while new jobs of ``model`` are held by a pause."""
         while self.pauses.admission_paused(model):
             await self._changed.wait(60.0)
+
+    def pause_report(self) -> dict[str, dict[str, Any]]:
+        """Per model paused here: the pause's token and this node's calls of it in flight. A
+        node's heartbeat carries it; the node that paused the model waits on every report."""
+        return {
+            model: {"token": self.pauses.token(model), "in_flight": self._in_flight(model)}
+            for model in self.pauses.models()
+        }
 
     def _in_flight(self, model: str) -> int:
         return sum(
@@ -349,6 +369,9 @@ class Router:
     def _release(self, state: BackendState) -> None:
         state.in_flight -= 1
         self._changed.notify()
+        model = state.spec.model
+        if self.pauses.paused(model) and not self._in_flight(model):
+            self.on_pause_change()  # the node that paused it may be waiting on this one
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -405,85 +428,3 @@ class Router:
                 self._changed.notify()
             await asyncio.sleep(interval)
             await self._sync_logged()  # a store that announces nothing (SQLite)
-
-
-class RouteSession:
-    """The calls of one trajectory: every turn goes to the same backend (its prefix cache
-    holds the conversation) while that backend is usable; a failing backend is ejected and
-    the call fails over to another. ``floor`` is the oldest policy version its next call may
-    use (bounded staleness)."""
-
-    def __init__(self, router: Router, key: str, model: str | None) -> None:
-        self.key = key
-        self.model = model
-        self.floor: int | None = None
-        self._router = router
-        self._sticky: str | None = None
-
-    @property
-    def backend(self) -> BackendView | None:
-        """The backend this trajectory sticks to, if it is still registered."""
-        state = self._router._states.get(self._sticky) if self._sticky else None
-        return state.view() if state is not None else None
-
-    @property
-    def pauses(self) -> Pauses:
-        return self._router.pauses
-
-    def newest_version(self) -> int | None:
-        return self._router.newest_version(self.model)
-
-    async def pick(self) -> LLMBackend:
-        """The backend the next call will go to (waiting up to ``llm_wait_s`` for one), made
-        sticky; nothing is sent or counted."""
-        state = await self._router._acquire(self.model, self._sticky, self.floor)
-        self._router._release(state)
-        self._sticky = state.id
-        return state.backend
-
-    async def settle(self) -> None:
-        """Wait while the model is paused (after an aborted generation)."""
-        router = self._router
-        while self.pauses.paused(self.model):
-            await router._changed.wait(60.0)
-
-    async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, BackendView]:
-        """Run ``fn`` on a chosen backend; returns its result and the backend's registration
-        as it was when the call was sent. Raises BackendUnavailableError when no backend is
-        usable (after ``llm_wait_s``) or when ``llm_failover_attempts`` backends failed in
-        turn. A call cancelled by an ``abort`` pause, or failing while its model is paused,
-        is sent again after the resume without counting as a failure."""
-        router = self._router
-        error: BackendUnavailableError | None = None
-        attempts = 0
-        while attempts < router._settings.llm_failover_attempts:
-            try:
-                state = await router._acquire(self.model, self._sticky, self.floor)
-            except BackendUnavailableError as exc:
-                if error is None:
-                    raise
-                raise exc from error
-            sent = state.spec
-            stalled = self.pauses.stalled_s(sent.model)
-            try:
-                result = await self.pauses.run(sent.model, fn(state.backend))
-            except PauseAborted:
-                continue
-            except BackendUnavailableError as exc:
-                if self.pauses.stalled_s(sent.model) > stalled:  # paused meanwhile: no fault
-                    continue
-                state.failures += 1
-                state.eject(str(exc))
-                error = exc
-                attempts += 1
-                continue
-            except Exception:
-                state.failures += 1
-                raise
-            finally:
-                router._release(state)
-            state.served += 1
-            self._sticky = state.id
-            return result, sent
-        assert error is not None
-        raise error

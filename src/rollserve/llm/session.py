@@ -16,7 +16,8 @@ from rollserve.llm.templates import ChatTemplate, TemplateCache
 from rollserve.schema.tokens import LogprobMode, Segment, TokenSpan, TurnInfo
 
 if TYPE_CHECKING:
-    from rollserve.llm.router import Router, RouteSession
+    from rollserve.llm.route import RouteSession
+    from rollserve.llm.router import Router
     from rollserve.schema.backends import BackendView
 
 

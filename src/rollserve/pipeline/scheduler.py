@@ -54,8 +54,15 @@ _POLL_S = 0.5  # how often idle workers look for work another node may have queu
 class Scheduler:
     """Runs the pipeline's worker pools for one node."""
 
-    def __init__(self, settings: Settings, store: JobStore, runner: StageRunner) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        store: JobStore,
+        runner: StageRunner,
+        paused: Callable[[], dict[str, Any]] = dict,
+    ) -> None:
         self.settings = settings
+        self._paused = paused  # this node's part in pauses of models, for its node row
         self.store = store
         self.runner = runner
         self.node = owner_id(settings)  # the lease owner
@@ -268,6 +275,7 @@ class Scheduler:
             },
             "held_sandboxes": len(self._held),
             "live_sandboxes": len(self.runner.sandboxes.live),
+            "paused": self._paused(),
         }
 
     async def _stopped(self, job_id: str) -> None:

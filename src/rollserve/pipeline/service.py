@@ -17,6 +17,7 @@ from rollserve.llm.templates import TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
 from rollserve.pipeline.stages import Plugins, StageRunner, validate
 from rollserve.sandbox import SandboxManager
+from rollserve.schema.backends import ModelState, PauseRequest
 from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, Stage, Submitted
@@ -25,6 +26,8 @@ from rollserve.storage.registry import open_store
 # Long-polls wake at once on changes the store announces (every node's, on PostgreSQL); a
 # store that announces nothing (SQLite shared by processes) is looked at this often.
 _WAIT_POLL_S = 1.0
+# A pause waits on the nodes' rows, which each node writes as soon as its part changes.
+_PAUSE_POLL_S = 0.1
 
 
 class RolloutService:
@@ -39,8 +42,12 @@ class RolloutService:
         self.router = Router(settings, self.store, default_kinds(templates))
         models = Models(self.router, templates, settings.llm_abort_resumes)
         self.scheduler = Scheduler(
-            settings, self.store, StageRunner(settings, self.sandboxes, plugins, models)
+            settings,
+            self.store,
+            StageRunner(settings, self.sandboxes, plugins, models),
+            paused=self.router.pause_report,
         )
+        self.router.on_pause_change = self.scheduler.beat_now
         self.started = time.time()
         self._purger: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -145,6 +152,44 @@ class RolloutService:
             if found or time.monotonic() >= end:
                 return found
             await self.scheduler.changes.wait(changed, min(_WAIT_POLL_S, end - time.monotonic()))
+
+    # -- pauses of a model across the fleet -------------------------------------------------------
+
+    async def pause_model(self, model: str, request: PauseRequest) -> ModelState:
+        """Pause ``model`` on every node of the store; returns once every live node has taken
+        the pause up and none runs a call of the model any more, or after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + request.timeout_s
+        await self.router.pause(model, request)
+        while True:
+            state = await self.model_state(model)
+            remaining = deadline - loop.time()
+            if not state.paused or (not state.in_flight and not state.nodes_pending):
+                return state
+            if remaining <= 0:
+                return state
+            await asyncio.sleep(min(_PAUSE_POLL_S, remaining))
+
+    async def model_state(self, model: str) -> ModelState:
+        """The pause of ``model`` here, with the calls in flight on every node as their node
+        rows last said, and the nodes that have yet to take the pause up or drain."""
+        state = self.router.model_state(model)
+        token = self.router.pauses.token(model)
+        if token is None:
+            return state
+        nodes = await asyncio.to_thread(self.store.nodes)
+        in_flight, pending = state.in_flight, []
+        for node in nodes:
+            if not node.alive or node.owner == self.scheduler.node:
+                continue
+            report = node.info.get("paused", {}).get(model)
+            if report is None or report.get("token") != token:
+                pending.append(node.node_id)
+                continue
+            in_flight += int(report.get("in_flight", 0))
+            if report.get("in_flight"):
+                pending.append(node.node_id)
+        return state.model_copy(update={"in_flight": in_flight, "nodes_pending": pending})
 
     async def status(self) -> dict[str, Any]:
         """The node's figures; the store is read off the event loop."""

@@ -102,13 +102,20 @@ class ResumeRequest(BaseModel):
 
 
 class ModelState(BaseModel):
-    """A model's pause state on this node, as the pause and resume calls answer it."""
+    """A model's pause state, as the pause and resume calls answer it: the pause of this node,
+    and the calls in flight on every node of the store."""
 
     model: str
     paused: bool
     mode: PauseMode | None = None
     admission_paused: bool = False
     policy_version: int | None = Field(None, description="the newest version registered")
-    in_flight: int = Field(0, description="model calls still running on its backends")
+    in_flight: int = Field(
+        0, description="model calls still running on its backends, on every node of the store"
+    )
+    nodes_pending: list[str] = Field(
+        default_factory=list,
+        description="nodes that have not yet taken up the pause or still run calls of the model",
+    )
     aborted: int = Field(0, description="calls aborted by this pause, to be resumed")
     paused_s: float = Field(0.0, description="how long the current pause has lasted")

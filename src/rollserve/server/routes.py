@@ -105,7 +105,7 @@ async def remove_backend(backend_id: str, svc: Service) -> Response:
 
 @api.post("/llm/models/{model}/pause", response_model=ModelState)
 async def pause_model(model: str, svc: Service, body: PauseRequest | None = None) -> ModelState:
-    return await svc.router.pause(model, body or PauseRequest())
+    return await svc.pause_model(model, body or PauseRequest())
 
 
 @api.post("/llm/models/{model}/resume", response_model=ModelState)
@@ -115,7 +115,7 @@ async def resume_model(model: str, svc: Service, body: ResumeRequest | None = No
 
 @api.get("/llm/models/{model}", response_model=ModelState)
 async def model_state(model: str, svc: Service) -> ModelState:
-    return svc.router.model_state(model)
+    return await svc.model_state(model)
 
 
 @api.get("/status")

@@ -126,6 +126,12 @@ class ScriptedLLMServer:
             self._failures += n
 
     @property
+    def served(self) -> int:
+        """How many generation requests were answered with a turn of the script."""
+        with self._lock:
+            return self._served
+
+    @property
     def requests(self) -> list[tuple[str, dict[str, Any]]]:
         """Every request received so far, as ``(path, body)``, oldest first."""
         with self._lock:
