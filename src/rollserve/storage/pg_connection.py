@@ -147,8 +147,11 @@ class PgConnection:
 def _configure(conn: psycopg.Connection[Any]) -> None:
     """Every statement of the store finds its rows through an index. Prepared statements keep
     the plan made when the jobs table was small, where a sequential scan was cheapest; as the
-    table grows that plan would read every job on every heartbeat and submit."""
+    table grows that plan would read every job on every heartbeat and submit. The store's
+    statements are short: compiling one (JIT, which the cost of a scan without an index
+    would set off) takes longer than running it many times."""
     conn.execute("SET enable_seqscan = off")
+    conn.execute("SET jit = off")
 
 
 def first(cur: Cursor) -> dict[str, Any]:
