@@ -168,3 +168,28 @@ def test_an_older_sqlite_file_is_migrated_in_place(tmp_path: Path) -> None:
         store.requeue("old", "n", Stage.INIT, delay_s=60)
     finally:
         store.close()
+
+
+def test_plans_made_on_a_small_table_still_use_the_indexes(pg_url: str) -> None:
+    """psycopg prepares a statement after five runs and PostgreSQL may keep the generic plan it
+    made then; on an empty jobs table that plan is a sequential scan, which would read every
+    job on every heartbeat and submit once the table has grown. The store's sessions plan
+    index scans only, and never compile a statement."""
+    store = PostgresJobStore(pg_url)
+    try:
+        store.submit([NewJob(f"j{i}", {}) for i in range(80)], max_queued=100)
+        with store._pool.connection() as conn:
+            conn.execute("ANALYZE jobs")  # the table as it was when the plan was made
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.execute(  # the heartbeat's question: which of these jobs must stop
+                "PREPARE renew(text[], text) AS SELECT job_id FROM jobs WHERE job_id = ANY($1)"
+                " AND ((stage <> 'done' AND lease_owner <> $2) OR cancel_requested)"
+            )
+            plan = [row["QUERY PLAN"] for row in conn.execute("EXPLAIN EXECUTE renew('{a}', 'n')")]
+            conn.execute("DEALLOCATE renew")
+            conn.execute("RESET plan_cache_mode")
+            jit = conn.execute("SHOW jit").fetchone()
+        assert not any("Seq Scan on jobs" in line for line in plan), plan
+        assert jit == {"jit": "off"}
+    finally:
+        store.close()
