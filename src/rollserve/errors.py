@@ -111,6 +111,20 @@ class UnauthorizedError(RollserveError):
     http_status = 401
 
 
+class ForbiddenError(RollserveError):
+    """The token is valid but may not do this (a read-only token that writes)."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class RequestTooLargeError(RollserveError):
+    """A request body over the server's bound (``max_request_mb``)."""
+
+    code = "request_too_large"
+    http_status = 413
+
+
 class NotFoundError(RollserveError):
     """Nothing of that kind has this id."""
 

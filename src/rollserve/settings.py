@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import AliasChoices, Field, SecretStr, ValidationError
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     InitSettingsSource,
@@ -31,6 +39,40 @@ def _default_host_binds() -> list[Path]:
     prefix = Path(sys.base_prefix).resolve()
     usr = Path("/usr")
     return [] if prefix == usr or usr in prefix.parents else [prefix]
+
+
+class ApiToken(BaseModel):
+    """A named bearer token: one per trainer, team or dashboard. A ``read_only`` one may read
+    (GET) but not submit, cancel, register or pause."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=100)
+    token: SecretStr | None = Field(None, description="the token itself")
+    token_file: Path | None = Field(None, description="or a file that holds it (a secret mount)")
+    read_only: bool = False
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiToken:
+        if (self.token is None) == (self.token_file is None):
+            raise ValueError(f"token {self.name!r}: give exactly one of token and token_file")
+        return self
+
+    def secret(self) -> str:
+        """The token, read from its file when it has one."""
+        if self.token is not None:
+            value = self.token.get_secret_value()
+        else:
+            assert self.token_file is not None
+            try:
+                value = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise InvalidInputError(
+                    f"token {self.name!r}: cannot read {self.token_file}: {exc.strerror}"
+                ) from None
+        if len(value) < 16:
+            raise InvalidInputError(f"token {self.name!r} is shorter than 16 characters")
+        return value
 
 
 class Settings(BaseSettings):
@@ -107,6 +149,16 @@ class Settings(BaseSettings):
     retry_backoff_s: float = Field(1.0, ge=0)
     lease_s: float = Field(30.0, gt=0, description="a worker's hold on a job between heartbeats")
     api_token: str | None = Field(None, description="bearer token required on all but health")
+    api_tokens: list[ApiToken] = Field(
+        default_factory=list,
+        description="named tokens besides api_token; read_only ones may only read",
+    )
+    max_request_mb: float = Field(
+        64.0, gt=0, description="larger request bodies are refused (413) before they are read"
+    )
+    max_batch_jobs: int = Field(10_000, ge=1, description="jobs one batch submit may carry")
+    ssl_certfile: Path | None = Field(None, description="serve HTTPS with this certificate")
+    ssl_keyfile: Path | None = Field(None, description="and this private key")
     # Inference backends and the router.
     llm_request_timeout_s: float = Field(600.0, gt=0, description="one model call at most")
     llm_health_interval_s: float = Field(5.0, gt=0, description="backend health checks")
@@ -124,6 +176,12 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("CI", "ROLLSERVE_CI"),
         description="running in CI: an unavailable sandbox backend fails the tests",
     )
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Settings:
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together: give both or neither")
+        return self
 
     @property
     def state_dir(self) -> Path:

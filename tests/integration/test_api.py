@@ -53,6 +53,13 @@ def test_submit_wait_and_results_feed(server_factory: Callable[..., Server]) -> 
         node = status["node_id"]
         assert f'rollserve_jobs{{node="{node}",status="completed"}} 4.0' in metrics
         assert f'rollserve_fleet_nodes{{node="{node}"}} 1.0' in metrics
+        # what this node did: each stage's durations, and how its jobs ended
+        for stage in ("init", "run", "eval"):
+            assert f'rollserve_stage_seconds_count{{node="{node}",stage="{stage}"}} 4.0' in metrics
+            inf = f'rollserve_stage_seconds_bucket{{le="+Inf",node="{node}",stage="{stage}"}} 4.0'
+            assert inf in metrics
+        ended = 'rollserve_jobs_ended_total{exit_reason="submitted",node="%s",status="completed"}'
+        assert f"{ended % node} 4.0" in metrics
 
 
 def test_errors_are_json_with_fitting_statuses(server_factory: Callable[..., Server]) -> None:

@@ -195,7 +195,12 @@ def test_a_pause_through_one_node_waits_for_the_calls_of_every_node(
         (runner,) = fleet(1)
         register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
         task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
-        job = {"job_id": "slow", "task": task, "model": "scripted", "agent": {"name": "tool", "max_turns": 1}}
+        job = {
+            "job_id": "slow",
+            "task": task,
+            "model": "scripted",
+            "agent": {"name": "tool", "max_turns": 1},
+        }
         httpx.post(f"{runner.url}/v1/jobs", json=job)
         _until(lambda: len(llm.requests) == 1)  # the call is in flight on the runner
         (idle,) = fleet(1)
@@ -225,7 +230,12 @@ def test_a_pause_names_the_nodes_still_running_calls(
         register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
         _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
         task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
-        job = {"job_id": "slow", "task": task, "model": "scripted", "agent": {"name": "tool", "max_turns": 1}}
+        job = {
+            "job_id": "slow",
+            "task": task,
+            "model": "scripted",
+            "agent": {"name": "tool", "max_turns": 1},
+        }
         httpx.post(f"{runner.url}/v1/jobs", json=job)
         _until(lambda: len(llm.requests) == 1)
         busy = next(n for n in (runner, idle) if _status(n)["stages"]["run"]["active"] == 1)

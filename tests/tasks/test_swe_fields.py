@@ -3,6 +3,7 @@ sandbox needed)."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +115,30 @@ def test_truncated_ids_of_swe_bench_data() -> None:
     assert outcome_of("tests/test_a.py::test_q[a:", cases) == "passed"
     assert outcome_of("tests/test_a.py::test_q[b:", cases) == "failed"
     assert outcome_of("tests/test_a.py::test_q[c:", cases) == "missing"
+
+
+def test_setup_commands_see_no_secret_of_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Host-side setup commands (the dataset's) get the task's environment and an allow-list
+    of rollserve's: never its API token or store password."""
+    from rollserve.tasks.swe import SweFields
+    from rollserve.tasks.swe_build import setup
+
+    monkeypatch.setenv("ROLLSERVE_API_TOKEN", "secret-token-value")
+    monkeypatch.setenv("ROLLSERVE_STORE_PASSWORD", "secret-password")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-key")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "a.txt").write_text("a\n")
+    for command in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "-m", "one"]):  # fmt: skip
+        subprocess.run(["git", *command], cwd=repo, check=True)
+    fields = SweFields.model_construct(
+        repo=repo, env=tmp_path / "env", python_path=["."], setup_commands=["env > seen.env"]
+    )
+    setup(fields)
+    seen = (repo / "seen.env").read_text()
+    assert "secret" not in seen
+    assert "LANG=C.UTF-8" in seen and f"VIRTUAL_ENV={tmp_path / 'env'}" in seen

@@ -293,6 +293,10 @@ def serve_cmd(
     announce: Annotated[
         Path | None, typer.Option(help="append this node's URL to FILE once it is ready")
     ] = None,
+    ssl_certfile: Annotated[
+        Path | None, typer.Option(help="serve HTTPS with this certificate (PEM)")
+    ] = None,
+    ssl_keyfile: Annotated[Path | None, typer.Option(help="and this private key (PEM)")] = None,
     fd: Annotated[int | None, typer.Option(hidden=True, help="serve on this socket")] = None,
 ) -> None:
     """Serve the HTTP API and run the pipeline. One process is one node; --processes N runs
@@ -307,10 +311,12 @@ def serve_cmd(
         max_queued=max_queued,
         store_url=store_url,
         node_id=node_id,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
     open_store(settings).close()  # a store_url that names no usable store: one line, no server
     if announce is not None and fd is None:
-        announce_when_ready(announce, host, port)
+        announce_when_ready(announce, host, port, tls=settings.ssl_certfile is not None)
     if processes == 1:
         serve(settings, host, port, plugins or [], fd=fd)
         return
@@ -321,6 +327,8 @@ def serve_cmd(
     child_args += [f"--{stage}-workers={n}" for stage, n in pools.items() if n is not None]
     child_args += [f"--max-queued={max_queued}"] if max_queued is not None else []
     child_args += [f"--store-url={store_url}"] if store_url is not None else []
+    tls = {"certfile": ssl_certfile, "keyfile": ssl_keyfile}
+    child_args += [f"--ssl-{part}={path}" for part, path in tls.items() if path is not None]
     name = node_name(settings)
     raise typer.Exit(serve_processes(processes, host, port, name, child_args))
 

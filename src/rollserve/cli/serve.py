@@ -35,22 +35,39 @@ def serve(
 ) -> None:
     """Run one node until SIGTERM/SIGINT; ``fd``: on a socket its parent bound."""
     app = create_app(settings, load_plugins(plugins))
+    certfile, keyfile = settings.ssl_certfile, settings.ssl_keyfile
     if fd is not None:
-        uvicorn.run(app, fd=fd, log_level="info", lifespan="on")
+        uvicorn.run(
+            app,
+            fd=fd,
+            log_level="info",
+            lifespan="on",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+        )
     else:
-        uvicorn.run(app, host=host, port=port, log_level="info", lifespan="on")
+        uvicorn.run(
+            app,
+            host=host,
+            port=port,
+            log_level="info",
+            lifespan="on",
+            ssl_certfile=certfile,
+            ssl_keyfile=keyfile,
+        )
 
 
-def announce_when_ready(file: Path, host: str, port: int) -> threading.Thread:
+def announce_when_ready(file: Path, host: str, port: int, *, tls: bool = False) -> threading.Thread:
     """Once ``/readyz`` answers on ``port``, append this node's URL to ``file`` (one line, one
     write: nodes of a cluster job share the file); the host is the machine's name when the
     server listens on every address."""
     public = socket.getfqdn() if host in ("0.0.0.0", "::", "") else host
-    line = f"http://{public}:{port}\n".encode()
+    scheme = "https" if tls else "http"
+    line = f"{scheme}://{public}:{port}\n".encode()
     local = "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
     def wait_then_write() -> None:
-        wait_ready(f"http://{local}:{port}")
+        wait_ready(f"{scheme}://{local}:{port}", verify=False)  # itself, by its loopback
         descriptor = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(descriptor, line)

@@ -3,6 +3,7 @@ pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server s
 
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -34,19 +35,26 @@ def _body(request: JobRequest | dict[str, Any]) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True)
 
 
-def wait_ready(url: str, timeout_s: float | None = None) -> bool:
+def wait_ready(url: str, timeout_s: float | None = None, *, verify: bool | str = True) -> bool:
     """Wait until the node at ``url`` answers ``/readyz`` with 200 (True), or until
-    ``timeout_s`` has passed (False; None waits as long as it takes)."""
+    ``timeout_s`` has passed (False; None waits as long as it takes). ``verify``: as httpx's
+    (a CA bundle's path for a server with a certificate of its own)."""
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         try:
-            if httpx.get(f"{url.rstrip('/')}/readyz", timeout=2).status_code == 200:
+            answer = httpx.get(f"{url.rstrip('/')}/readyz", timeout=2, verify=_tls(verify))
+            if answer.status_code == 200:
                 return True
         except httpx.HTTPError:
             pass
         if deadline is not None and time.monotonic() > deadline:
             return False
         time.sleep(0.2)
+
+
+def _tls(verify: bool | str) -> bool | ssl.SSLContext:
+    """httpx's ``verify``: a CA bundle's path becomes a context that trusts it."""
+    return ssl.create_default_context(cafile=verify) if isinstance(verify, str) else verify
 
 
 def _urls(url: str | Sequence[str]) -> list[str]:
@@ -94,12 +102,13 @@ class RolloutClient:
         token: str | None = None,
         timeout: float = 60.0,
         retries: int = 3,
+        verify: bool | str = True,
     ) -> None:
         self._urls, self._at = _urls(url), 0
         self._http = httpx.Client(
             headers=_headers(token),
             timeout=timeout + _LONG_POLL_S,
-            transport=httpx.HTTPTransport(retries=retries),
+            transport=httpx.HTTPTransport(retries=retries, verify=_tls(verify)),
         )
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -221,12 +230,13 @@ class AsyncRolloutClient:
         token: str | None = None,
         timeout: float = 60.0,
         retries: int = 3,
+        verify: bool | str = True,
     ) -> None:
         self._urls, self._at = _urls(url), 0
         self._http = httpx.AsyncClient(
             headers=_headers(token),
             timeout=timeout + _LONG_POLL_S,
-            transport=httpx.AsyncHTTPTransport(retries=retries),
+            transport=httpx.AsyncHTTPTransport(retries=retries, verify=_tls(verify)),
         )
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -64,7 +64,7 @@ class HttpBackend:
         other refusals → BackendRequestError with what the server said."""
         try:
             answer = await self._http.request(method, url, json=body)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BackendUnavailableError(
                 f"backend {self.view.id} ({url}): {type(exc).__name__}: {exc}",
                 backend_id=self.view.id,

@@ -37,6 +37,7 @@ from rollserve.errors import (
     StoreUnavailableError,
 )
 from rollserve.pipeline.changes import Changes
+from rollserve.pipeline.figures import Figures
 from rollserve.pipeline.fleet import node_alive, node_name, owner_id
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance
@@ -82,6 +83,7 @@ class Scheduler:
             Stage.EVAL: settings.eval_workers,
         }
         self.changes = Changes()  # a job moved on: wakes long-polls
+        self.figures = Figures()  # stage durations and endings, for /metrics
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -284,6 +286,7 @@ class Scheduler:
         record = await self._store(self.store.get, job_id)
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
             await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
+            self.figures.job_ended(JobStatus.CANCELLED.value)
 
     async def _stage(self, stage: Stage, job: JobRecord) -> None:
         started = time.monotonic()
@@ -332,6 +335,7 @@ class Scheduler:
         advanced = await self._store(
             self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
         )
+        self.figures.stage_done(Stage.INIT.value, timing["init_s"])
         if not advanced:  # cancelled while its sandbox was being made
             await self._release(job.job_id)
             return
@@ -353,6 +357,7 @@ class Scheduler:
         finally:
             await self._release(job.job_id)  # before evaluation starts
         timing = {"run_s": time.monotonic() - started}
+        self.figures.stage_done(Stage.RUN.value, timing["run_s"])
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
             return
@@ -390,6 +395,7 @@ class Scheduler:
                 # The submission made the evaluation hang: it scores 0, with the reason.
                 result = self.runner.unscored(output, f"evaluation exceeded {limit}s")
             timing = {**timing, "eval_s": time.monotonic() - begun}
+            self.figures.stage_done(Stage.EVAL.value, timing["eval_s"])
         else:
             result = self.runner.unscored(output, "the run timed out and was not evaluated")
         await self._store(
@@ -400,6 +406,7 @@ class Scheduler:
             result=result.model_dump(mode="json"),
             timing=timing,
         )
+        self.figures.job_ended(JobStatus.COMPLETED.value, str(output.exit_reason))
 
     async def _infrastructure_failure(
         self, stage: Stage, job: JobRecord, exc: RollserveError
@@ -426,6 +433,7 @@ class Scheduler:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
+        self.figures.job_ended(status.value)
 
 
 def _refused(exc: BackendRequestError) -> bool:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from rollserve.errors import JobNotFoundError
+from rollserve.errors import InvalidInputError, JobNotFoundError
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import Router
 from rollserve.llm.session import Models
@@ -99,6 +99,12 @@ class RolloutService:
 
     async def submit(self, requests: list[JobRequest]) -> list[Submitted]:
         """Validate every request (nothing is queued if one is bad), then store them all."""
+        if len(requests) > self.settings.max_batch_jobs:
+            raise InvalidInputError(
+                f"a batch of {len(requests)} jobs; this server takes at most "
+                f"{self.settings.max_batch_jobs} in one (max_batch_jobs)",
+                field="jobs",
+            )
         for request in requests:
             validate(request, self.plugins, self.sandboxes)
         jobs = [
@@ -228,6 +234,7 @@ class RolloutService:
             "jobs": counts,
             "results_cursor": head,
             "live_sandboxes": len(self.sandboxes.live),
+            "figures": self.scheduler.figures.view(),
             "backends": [b.model_dump(mode="json") for b in self.router.views()],
             "paused_models": [
                 self.router.model_state(m).model_dump(mode="json")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.schema.wire import WireModel
 
 
 class Accepted(BaseModel):
@@ -15,7 +18,7 @@ class Accepted(BaseModel):
     created: bool
 
 
-class BatchRequest(BaseModel):
+class BatchRequest(WireModel):
     jobs: list[JobRequest] = Field(min_length=1)
 
 
@@ -33,3 +36,17 @@ class ResultsPage(BaseModel):
 class GroupCancelled(BaseModel):
     group_id: str
     cancelled: list[str]
+
+
+class ErrorDetail(BaseModel):
+    """What went wrong: a stable code, a sentence, and details (fields, ids)."""
+
+    code: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorBody(BaseModel):
+    """Every error the API answers: ``{"error": {code, message, details}}``."""
+
+    error: ErrorDetail

@@ -4,17 +4,23 @@ and the pause/resume of a model around a weight update."""
 from __future__ import annotations
 
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import httpx
+from pydantic import BaseModel, Field, field_validator
 
 from rollserve.schema.tokens import LogprobMode
+from rollserve.schema.wire import WireModel
 
 PauseMode = Literal["wait", "abort"]
 """wait: new turns wait, turns in flight finish; abort: turns in flight are aborted too."""
 
 
 def check_version(value: Any) -> Any:
-    """Policy versions are ordered integers: a string (even of digits) is refused by name."""
+    """Policy versions are ordered integers: a string (even of digits) is refused by name;
+    a number written with a fraction of zero (``3.0``) is the integer it is."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, str | float | bool):
         raise ValueError(
             f"policy_version must be a non-negative integer that grows with every weight "
@@ -23,15 +29,37 @@ def check_version(value: Any) -> Any:
     return value
 
 
-class BackendSpec(BaseModel):
+def check_url(value: str) -> str:
+    """An http(s) URL with a host, and nothing in it that a request line cannot carry."""
+    if any(c.isspace() or not c.isprintable() for c in value):
+        raise ValueError("the url has spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (an invalid port raises)
+    except ValueError as exc:
+        raise ValueError(f"the url is not valid: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host")
+    try:
+        httpx.URL(value)  # what will send the requests: its host must be one it can encode
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"the url is not valid: {exc}") from None
+    return value
+
+
+class BackendSpec(WireModel):
     """An OpenAI-compatible inference server: vLLM, SGLang, or any other."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    id: str | None = Field(None, min_length=1, description="default: derived from the url")
+    id: str | None = Field(
+        None, min_length=1, max_length=200, description="default: derived from the url"
+    )
     kind: Literal["vllm", "sglang", "openai"] = "openai"
-    url: str = Field(pattern=r"^https?://", description="base URL, e.g. http://host:8000/v1")
-    model: str = Field(min_length=1)
+    url: str = Field(
+        pattern=r"^https?://",
+        max_length=2048,
+        description="base URL, e.g. http://host:8000/v1",
+    )
+    model: str = Field(min_length=1, max_length=200)
     tokenizer: str | None = Field(
         None, description="a local Hugging Face tokenizer directory; enables token mode"
     )
@@ -51,6 +79,7 @@ class BackendSpec(BaseModel):
     )
 
     _version = field_validator("policy_version", mode="before")(check_version)
+    _url = field_validator("url")(check_url)
 
 
 class BackendView(BackendSpec):
@@ -73,10 +102,8 @@ class BackendView(BackendSpec):
     warnings: list[str] = Field(default_factory=list, description="found at registration")
 
 
-class PauseRequest(BaseModel):
+class PauseRequest(WireModel):
     """``POST /v1/llm/models/{model}/pause``: stop a model's generation for a weight update."""
-
-    model_config = ConfigDict(extra="forbid")
 
     mode: PauseMode = Field(
         "wait",
@@ -89,10 +116,8 @@ class PauseRequest(BaseModel):
     )
 
 
-class ResumeRequest(BaseModel):
+class ResumeRequest(WireModel):
     """``POST /v1/llm/models/{model}/resume``: generation goes on, under new weights."""
-
-    model_config = ConfigDict(extra="forbid")
 
     policy_version: int | None = Field(
         None, ge=0, description="the new weights' version: set on every backend of the model"

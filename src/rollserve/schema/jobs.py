@@ -5,14 +5,15 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from rollserve.schema.sandbox import SandboxLimits, check_guest_workspace
 from rollserve.schema.tokens import Tokens
+from rollserve.schema.wire import WireModel
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Model(WireModel):
+    pass
 
 
 class SandboxRef(_Model):
@@ -32,20 +33,20 @@ class SandboxRef(_Model):
         return check_guest_workspace(value)
 
 
-class Task(BaseModel):
+class Task(WireModel):
     """One problem. Kind-specific fields (``answer``, ``test_patch`` …) ride along and are
     validated by the task handler registered under ``kind``."""
 
     model_config = ConfigDict(extra="allow")
 
-    task_id: str = Field(min_length=1)
-    kind: str = Field(min_length=1, description="the task handler's name")
+    task_id: str = Field(min_length=1, max_length=200)
+    kind: str = Field(min_length=1, max_length=100, description="the task handler's name")
     prompt: str = ""
     sandbox: SandboxRef | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class AgentConfig(BaseModel):
+class AgentConfig(WireModel):
     """Which agent runs the episode, with its limits; agent-specific fields ride along."""
 
     model_config = ConfigDict(extra="allow")
@@ -91,11 +92,11 @@ class JobRequest(_Model):
         max_length=200,
         description="client-chosen id: makes the submit idempotent",
     )
-    group_id: str | None = None
+    group_id: str | None = Field(None, min_length=1, max_length=200)
     task: Task
     agent: AgentConfig | None = None
     sampling: Sampling | None = None
-    model: str | None = None
+    model: str | None = Field(None, min_length=1, max_length=200)
     timeouts: StageTimeouts | None = None
     priority: int = 0
     max_staleness: int | None = Field(

@@ -7,7 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
@@ -42,7 +46,21 @@ class _ServiceCollector(Collector):
         )
         for state in status["paused_models"]:
             paused.add_metric([node, state["model"]], state["paused_s"])
-        yield from (depth, active, size, jobs, sandboxes, nodes, paused)
+        stages = HistogramMetricFamily(
+            "rollserve_stage_seconds",
+            "time a stage took on this node (init, run, eval)",
+            labels=["node", "stage"],
+        )
+        for stage, histogram in status["figures"]["stage_seconds"].items():
+            stages.add_metric([node, stage], histogram["buckets"], histogram["sum"])
+        ended = CounterMetricFamily(
+            "rollserve_jobs_ended",
+            "jobs this node ended, by status and the episode's exit reason",
+            labels=["node", "status", "exit_reason"],
+        )
+        for row in status["figures"]["jobs_ended"]:
+            ended.add_metric([node, row["status"], row["exit_reason"]], row["count"])
+        yield from (depth, active, size, jobs, sandboxes, nodes, paused, stages, ended)
 
 
 def render_metrics(status: dict[str, Any]) -> tuple[bytes, str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import PlainTextResponse
 
 from rollserve.errors import StoreUnavailableError
 from rollserve.pipeline.service import RolloutService, view
@@ -17,6 +18,7 @@ from rollserve.schema.backends import (
     ResumeRequest,
 )
 from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.server.errors import responses
 from rollserve.server.metrics import render_metrics
 
 
@@ -29,8 +31,10 @@ Service = Annotated[RolloutService, Depends(service)]
 WaitS = Annotated[float, Query(ge=0, le=600, description="long-poll seconds")]
 
 health = APIRouter()
-api = APIRouter(prefix="/v1")
-metrics_route = APIRouter()
+api = APIRouter(prefix="/v1", responses=responses(401, 422, 503))
+metrics_route = APIRouter(responses=responses(401, 503))
+_BODY = responses(400, 403, 413)  # a route with a body: unparsable, read-only token, too large
+_WRITE = responses(403)
 
 
 @health.get("/healthz")
@@ -38,7 +42,7 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@health.get("/readyz")
+@health.get("/readyz", responses=responses(503))
 async def readyz(svc: Service) -> dict[str, str]:
     """Ready while the node's heartbeat reaches the job store (503 with the reason if not)."""
     if svc.scheduler.store_error is not None:
@@ -46,13 +50,18 @@ async def readyz(svc: Service) -> dict[str, str]:
     return {"status": "ready", "node": svc.scheduler.node}
 
 
-@api.post("/jobs", status_code=202, response_model=Accepted)
+@api.post("/jobs", status_code=202, response_model=Accepted, responses=_BODY | responses(409, 429))
 async def submit(job: JobRequest, svc: Service) -> Accepted:
     [done] = await svc.submit([job])
     return Accepted(job_id=done.job_id, status=done.status.value, created=done.created)
 
 
-@api.post("/jobs/batch", status_code=202, response_model=BatchAccepted)
+@api.post(
+    "/jobs/batch",
+    status_code=202,
+    response_model=BatchAccepted,
+    responses=_BODY | responses(409, 429),
+)
 async def submit_batch(batch: BatchRequest, svc: Service) -> BatchAccepted:
     done = await svc.submit(batch.jobs)
     return BatchAccepted(
@@ -60,17 +69,17 @@ async def submit_batch(batch: BatchRequest, svc: Service) -> BatchAccepted:
     )
 
 
-@api.get("/jobs/{job_id}", response_model=JobView)
+@api.get("/jobs/{job_id}", response_model=JobView, responses=responses(404))
 async def get_job(job_id: str, svc: Service, wait: WaitS = 0) -> JobView:
     return view(await svc.wait(job_id, wait))
 
 
-@api.delete("/jobs/{job_id}", response_model=JobView)
+@api.delete("/jobs/{job_id}", response_model=JobView, responses=_WRITE | responses(404))
 async def cancel_job(job_id: str, svc: Service) -> JobView:
     return view(await svc.cancel(job_id))
 
 
-@api.post("/groups/{group_id}/cancel", response_model=GroupCancelled)
+@api.post("/groups/{group_id}/cancel", response_model=GroupCancelled, responses=_WRITE)
 async def cancel_group(group_id: str, svc: Service) -> GroupCancelled:
     return GroupCancelled(group_id=group_id, cancelled=await svc.cancel_group(group_id))
 
@@ -78,7 +87,7 @@ async def cancel_group(group_id: str, svc: Service) -> GroupCancelled:
 @api.get("/results", response_model=ResultsPage)
 async def results(
     svc: Service,
-    after: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[int, Query(ge=0, le=2**63 - 1)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     wait: WaitS = 0,
 ) -> ResultsPage:
@@ -87,7 +96,7 @@ async def results(
     return ResultsPage(results=[view(r) for r in found], next=cursor)
 
 
-@api.post("/llm/backends", status_code=201, response_model=BackendView)
+@api.post("/llm/backends", status_code=201, response_model=BackendView, responses=_BODY)
 async def register_backend(spec: BackendSpec, svc: Service) -> BackendView:
     return await svc.router.register(spec)
 
@@ -97,18 +106,18 @@ async def list_backends(svc: Service) -> list[BackendView]:
     return svc.router.views()
 
 
-@api.delete("/llm/backends/{backend_id}", status_code=204)
+@api.delete("/llm/backends/{backend_id}", status_code=204, responses=_WRITE | responses(404))
 async def remove_backend(backend_id: str, svc: Service) -> Response:
     await svc.router.remove(backend_id)
     return Response(status_code=204)
 
 
-@api.post("/llm/models/{model}/pause", response_model=ModelState)
+@api.post("/llm/models/{model}/pause", response_model=ModelState, responses=_BODY)
 async def pause_model(model: str, svc: Service, body: PauseRequest | None = None) -> ModelState:
     return await svc.pause_model(model, body or PauseRequest())
 
 
-@api.post("/llm/models/{model}/resume", response_model=ModelState)
+@api.post("/llm/models/{model}/resume", response_model=ModelState, responses=_BODY)
 async def resume_model(model: str, svc: Service, body: ResumeRequest | None = None) -> ModelState:
     return await svc.router.resume(model, body or ResumeRequest())
 
@@ -123,7 +132,12 @@ async def status(svc: Service) -> dict[str, Any]:
     return await svc.status()
 
 
-@metrics_route.get("/metrics")
+@metrics_route.get(
+    "/metrics",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(svc: Service) -> Response:
+    """Prometheus' text format."""
     body, content_type = render_metrics(await svc.status())
     return Response(content=body, media_type=content_type)

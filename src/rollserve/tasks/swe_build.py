@@ -131,10 +131,34 @@ def _unpack(archive: Path, repo: Path) -> None:
         os.rename(tops[0] if len(tops) == 1 and tops[0].is_dir() else unpacked, repo)
 
 
+# What of rollserve's own environment setup commands (the dataset's, run on the host) see:
+# the locale, the home and temp directories, a proxy and a package index to build with; never
+# the API token, the store's password or anything else the process was given.
+_HOST_ENV_KEPT = frozenset(
+    {"HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "SOURCE_DATE_EPOCH"}
+)
+_HOST_ENV_PREFIXES = (
+    "LC_",
+    "PIP_INDEX_URL",
+    "PIP_EXTRA_INDEX_URL",
+    "PIP_FIND_LINKS",
+    "PIP_NO_INDEX",
+)
+_PROXIES = frozenset(
+    {"http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+)
+
+
 def host_env(fields: SweFields) -> dict[str, str]:
-    """What setup commands see on the host: the task's environment, as in its sandboxes."""
+    """What setup commands see on the host: the task's environment, as in its sandboxes, and
+    an allow-list of this process's variables."""
+    kept = {
+        name: value
+        for name, value in os.environ.items()
+        if name in _HOST_ENV_KEPT or name in _PROXIES or name.startswith(_HOST_ENV_PREFIXES)
+    }
     return {
-        **os.environ,
+        **kept,
         "PATH": f"{fields.env}/bin:{SYSTEM_PATH}",
         "VIRTUAL_ENV": str(fields.env),
         "PYTHONPATH": ":".join(str((fields.repo / p).resolve()) for p in fields.python_path),
