@@ -239,6 +239,11 @@ async def test_through_the_toolbox(sandbox: SandboxInstance) -> None:
         assert not (await toolbox.call(ToolCall("editor", args, "call_2"))).error
         outcome = await toolbox.call(ToolCall("editor", {"command": "view", "path": "/etc"}, "c"))
         assert outcome.error and "outside the workspace" in outcome.output
+        for untypable in ("echo a\x00b", "echo \ud800"):  # a NUL byte, a lone surrogate
+            outcome = await toolbox.call(ToolCall("bash", {"command": untypable}, "call_3"))
+            assert outcome.error, outcome.output  # an observation for the model, not a crash
+        outcome = await toolbox.call(ToolCall("bash", {"command": "echo still here"}, "call_4"))
+        assert not outcome.error and "still here" in outcome.output
     finally:
         await toolbox.close()
     without = Toolbox(None, names, command_timeout_s=10.0)

@@ -220,3 +220,22 @@ def test_default_parsers() -> None:
     assert isinstance(parsers.get("hermes"), HermesParser)
     with pytest.raises(UnknownNameError, match="hermes"):
         parsers.get("mistral")
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ('{"name": "bash", "arguments": {"n": ' + "9" * 5000 + "}}", "Exceeds the limit"),
+        ("[" * 100_000, "nested too deeply"),
+        ('{"name": "bash", "arguments": "' + "[" * 100_000 + '"}', "nested too deeply"),
+    ],
+)
+def test_json_beyond_the_decoders_limits_is_an_error(
+    parser: HermesParser, body: str, words: str
+) -> None:
+    turn = parser.parse("ok " + block(body))
+    assert turn.calls == []
+    assert turn.content == "ok"
+    [error] = turn.errors
+    assert words in error
+    assert "set_int_max_str_digits" not in error  # Python's advice is not for the model

@@ -34,6 +34,8 @@ _LIST = r"""cd -- "$1" && find . -mindepth 1 -maxdepth 2 -name '.*' -prune \
 -o -type d -printf '%P/\n' -o -printf '%P\n' | LC_ALL=C sort | head -n "$2"
 """
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
 P = ParamSpec("P")
 
 
@@ -82,8 +84,14 @@ class Editor:
         if not isinstance(path, str) or not path.strip():
             return EditorResult(f"editor {command} needs a non-empty string argument 'path'", True)
         for name in ("file_text", "old_str", "new_str"):
-            if arg(name) is not None and not isinstance(arg(name), str):
+            if (value := arg(name)) is not None and not isinstance(value, str):
                 return EditorResult(f"editor: '{name}' must be a string", True)
+            if isinstance(value, str) and (bad := _SURROGATE.search(value)):
+                return EditorResult(
+                    f"editor: '{name}' contains the lone surrogate {bad.group()!r}, which is not "
+                    "text: files are written as UTF-8",
+                    True,
+                )
         if command == "view":
             return await self.view(path, arg("view_range"))
         if command == "create":
@@ -194,7 +202,11 @@ class Editor:
         """The path in the sandbox, or a refusal when it leads out of the workspace."""
         root = self.sandbox.guest_workspace
         if "\0" in path:
-            raise InvalidInputError("the path contains a NUL byte")
+            raise InvalidInputError(f"the path {path!r} contains a NUL byte")
+        # U+DC80..U+DCFF stand for the bytes of a file name that is not UTF-8; other
+        # surrogates stand for nothing a file name can hold.
+        if any(not "\udc80" <= char <= "\udcff" for char in _SURROGATE.findall(path)):
+            raise InvalidInputError(f"the path {path!r} contains a lone surrogate")
         guest = posixpath.normpath(posixpath.join(root, path.strip()))
         outside = InvalidInputError(f"{path} is outside the workspace ({root})")
         if not _within(guest, root):

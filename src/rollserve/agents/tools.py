@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollserve.agents.editor import COMMANDS, Editor
-from rollserve.errors import ShellExitedError
+from rollserve.errors import InvalidCommandError, ShellExitedError
 from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.shell import CommandResult
@@ -138,6 +138,8 @@ class Toolbox:
             self._shell = await ShellSession.open(self.sandbox)
         try:
             result = await self._shell.run(command, timeout=timeout)
+        except InvalidCommandError as exc:  # the model's command cannot be typed (a NUL byte)
+            return ToolOutcome(exc.message, error=True)
         except ShellExitedError as exc:
             await self.close()
             return ToolOutcome(f"{exc.message}; the next command starts a new shell", error=True)

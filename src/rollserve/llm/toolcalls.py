@@ -98,7 +98,7 @@ class HermesParser:
             value_start = _skip_space(text, body_start)
             try:
                 value, value_end = decoder.raw_decode(text, value_start)
-            except json.JSONDecodeError:
+            except _UNDECODABLE:
                 pass
             else:
                 after = _skip_space(text, value_end)
@@ -120,9 +120,9 @@ class HermesParser:
             body = text[body_start:close]
             try:
                 value = json.loads(body)
-            except json.JSONDecodeError as exc:
+            except _UNDECODABLE as exc:
                 errors.append(
-                    f"tool call {block}: invalid JSON ({exc}); the call was not run. "
+                    f"tool call {block}: invalid JSON ({_why(exc)}); the call was not run. "
                     f"{self.expected_form}"
                 )
             else:  # only where the tags and the decoder's framing disagree
@@ -159,10 +159,10 @@ class HermesParser:
         if isinstance(arguments, str):
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
-            except json.JSONDecodeError as exc:
+            except _UNDECODABLE as exc:
                 errors.append(
                     f"{where} ({name}): 'arguments' is a string that is not valid JSON "
-                    f"({exc}); the call was not run. {self.expected_form}"
+                    f"({_why(exc)}); the call was not run. {self.expected_form}"
                 )
                 return
         if arguments is None:
@@ -175,6 +175,18 @@ class HermesParser:
             )
             return
         calls.append(ToolCall(name=name.strip(), arguments=arguments, id=call_id(index)))
+
+
+# What the JSON decoder raises on text it cannot take: malformed JSON (JSONDecodeError, a
+# ValueError), an integer longer than Python's int-conversion limit (a plain ValueError), and
+# nesting deeper than the interpreter's recursion limit (RecursionError).
+_UNDECODABLE = (ValueError, RecursionError)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc).split("; use sys.set_int_max_str_digits", 1)[0]
 
 
 def _skip_space(text: str, pos: int) -> int:

@@ -15,6 +15,7 @@ MARKER = re.compile(rb"\x1eRS([0-9a-f]{12}):(\d+)\x1e\n?")
 _MAX_MARKER = 32
 _CHUNK = 512  # bytes per typed line: escaped (4 chars a byte at worst) it stays under 4095
 _PLAIN = frozenset(range(0x20, 0x7F)) - {ord("\\"), ord("'")}
+_SURROGATES = re.compile("[\ud800-\udfff]")
 
 # Typed once at start: no prompts, no history, job control on (so a command runs in its own
 # process group and Ctrl-C reaches it), and a helper that restores $? before each command.
@@ -48,6 +49,16 @@ def quote(data: bytes) -> str:
 def marker_command(nonce: str) -> str:
     """Print the end marker with the status saved in ``__rs_ec``."""
     return f"builtin printf '\\036RS%s:%d\\036\\n' {nonce} \"$__rs_ec\""
+
+
+def lone_surrogate(command: str) -> str | None:
+    """The first surrogate of ``command`` that does not stand for a raw byte (U+DC80..U+DCFF,
+    as ``surrogateescape`` decodes bytes that are not UTF-8), or None: such a command has no
+    bytes to type."""
+    for char in _SURROGATES.findall(command):
+        if not "\udc80" <= char <= "\udcff":
+            return str(char)
+    return None
 
 
 def command_lines(command: str, nonce: str) -> bytes:

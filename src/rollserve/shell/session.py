@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable
 
 from rollserve.errors import (
@@ -33,6 +34,7 @@ _RESYNC_LIMIT_S = 10.0
 _GROUP_SCAN_EVERY_S = 1.0
 _MAX_INPUT_LINE = 4095  # the terminal's canonical-mode line limit
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REMEMBERED_NONCES = 64  # markers of this many recent commands and resyncs are recognised
 
 
 class ShellSession:
@@ -65,6 +67,7 @@ class ShellSession:
         self._between = HeadTail(max_output_bytes)  # output while no command ran
         self._out = HeadTail(max_output_bytes)
         self._nonce: str | None = None
+        self._issued: deque[str] = deque(maxlen=_REMEMBERED_NONCES)
         self._status: int | None = None
         self._started = time.monotonic()
         self._fed_input = False
@@ -137,6 +140,10 @@ class ShellSession:
         """Run one command (any bash: pipelines, heredocs, multi-line scripts)."""
         if "\x00" in command:
             raise InvalidCommandError("command contains a NUL byte")
+        if (bad := protocol.lone_surrogate(command)) is not None:
+            raise InvalidCommandError(
+                f"command contains the lone surrogate {bad!r} (not a character of any encoding)"
+            )
         async with self._lock:
             await self._check_usable()
             if self._nonce is not None:
@@ -149,7 +156,9 @@ class ShellSession:
 
     async def send_input(self, text: str, *, timeout: float | None = 120.0) -> CommandResult:
         """Type ``text`` to the command waiting for input (include the newline)."""
-        data = text.encode()
+        if (bad := protocol.lone_surrogate(text)) is not None:
+            raise InvalidCommandError(f"input contains the lone surrogate {bad!r}")
+        data = text.encode("utf-8", errors="surrogateescape")
         if b"\x00" in data or any(len(line) > _MAX_INPUT_LINE for line in data.split(b"\n")):
             raise InvalidCommandError(
                 f"input lines must be under {_MAX_INPUT_LINE + 1} bytes and hold no NUL byte"
@@ -183,13 +192,21 @@ class ShellSession:
     # -- output ----------------------------------------------------------------------------------
 
     def _feed(self, chunk: bytes) -> None:
-        """Split terminal output into command output and end markers (any nonce: markers of
-        commands given up on are dropped, only the awaited one ends the command)."""
+        """Split terminal output into command output and end markers. Only markers carrying a
+        nonce this session issued count (those of commands given up on are dropped, only the
+        awaited one ends the command); anything else shaped like a marker is output, and is
+        searched from its next byte on, since its tail may be the start of a real marker."""
         raw = self._raw + chunk
-        while (m := protocol.MARKER.search(raw)) is not None:
+        at = 0
+        while (m := protocol.MARKER.search(raw, at)) is not None:
+            nonce = m.group(1).decode()
+            if nonce not in self._issued:
+                at = m.start() + 1
+                continue
             self._emit(raw[: m.start()])
             raw = raw[m.end() :]
-            if self._nonce is not None and m.group(1).decode() == self._nonce:
+            at = 0
+            if nonce == self._nonce:
                 self._status = int(m.group(2))
                 self._nonce = None
         keep = protocol.safe_length(raw)
@@ -213,6 +230,7 @@ class ShellSession:
                 self._out.feed(bytes(buf.head + buf.tail))
         self._between = HeadTail(self._max_output)
         self._nonce = protocol.new_nonce()
+        self._issued.append(self._nonce)
         self._status = None
         self._started = self._term.last_data = time.monotonic()
         return self._nonce
@@ -343,6 +361,7 @@ class ShellSession:
         while bash still handles a signal, or still runs a builtin, may be swallowed."""
         nonce = protocol.new_nonce()
         self._nonce = nonce
+        self._issued.append(nonce)
         line = protocol.sync_line(nonce)
         deadline = time.monotonic() + _RESYNC_LIMIT_S
         next_send = 0.0

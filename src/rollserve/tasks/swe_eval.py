@@ -59,8 +59,12 @@ class PatchResult:
 async def apply_patch(sandbox: Sandbox, patch: str, name: str) -> PatchResult:
     """Apply ``patch`` to the repository in the workspace: ``git apply`` first (all or
     nothing), then a fuzzy ``patch -p1 -F2``."""
+    try:
+        data = patch.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError as exc:  # a surrogate that stands for no byte
+        return PatchResult(None, f"the patch is not text: {exc}")
     path = f"{scratch(sandbox)}/{name}.patch"
-    await sandbox.write_file(path, patch.encode("utf-8", errors="surrogateescape"))
+    await sandbox.write_file(path, data)
     outputs = []
     methods: tuple[tuple[Applied, str], ...] = (("git apply", _GIT_APPLY), ("patch -F2", _FUZZY))
     for method, command in methods:
@@ -72,11 +76,26 @@ async def apply_patch(sandbox: Sandbox, patch: str, name: str) -> PatchResult:
 
 
 def patch_paths(patch: str) -> list[str]:
-    """The repository paths a unified diff names (old and new names, ``-p1``), in order."""
+    """The repository paths a unified diff names (old and new names, ``-p1``), in order.
+    Lines inside a hunk are file contents, never headers, whatever they begin with."""
     found: dict[str, None] = {}
-    for line in patch.splitlines():
+    old = new = 0  # lines of the current hunk still to come
+    for line in patch.split("\n"):  # as git and patch read it: other line breaks are content
+        if old > 0 or new > 0:
+            kind = line[:1]
+            if kind in (" ", ""):  # a context line ("": one whose space was stripped)
+                old, new = old - 1, new - 1
+                continue
+            if kind in ("-", "+", "\\"):
+                old -= kind == "-"
+                new -= kind == "+"
+                continue
+            old = new = 0  # the hunk was cut short: read on as headers
+        line = line.removesuffix("\r")
         names: list[str] = []
-        if line.startswith("diff --git "):
+        if hunk := _HUNK.match(line):
+            old, new = (1 if count is None else int(count) for count in hunk.groups())
+        elif line.startswith("diff --git "):
             names = _git_header_names(line[len("diff --git ") :])
         elif line.startswith(("--- ", "+++ ")):
             names = [_strip_prefix(_unquote(line[4:].split("\t")[0]))]
@@ -86,6 +105,9 @@ def patch_paths(patch: str) -> list[str]:
             if name and name != "/dev/null":
                 found.setdefault(name, None)
     return list(found)
+
+
+_HUNK = re.compile(r"@@ -\d+(?:,(\d{1,9}))? \+\d+(?:,(\d{1,9}))? @@")
 
 
 def _git_header_names(rest: str) -> list[str]:
@@ -101,17 +123,33 @@ def _git_header_names(rest: str) -> list[str]:
 
 
 def _strip_prefix(name: str) -> str:
-    name = name.strip()
     return name if name == "/dev/null" else name.split("/", 1)[-1]
 
 
+# Git's C-style quoting of unusual file names (``"a/x\ty"``): these escapes and \ooo octal bytes.
+_ESCAPED = {"a": 7, "b": 8, "t": 9, "n": 10, "v": 11, "f": 12, "r": 13, '"': 34, "\\": 92}
+_OCTAL = re.compile(r"[0-3][0-7][0-7]")
+
+
 def _unquote(name: str) -> str:
-    """Git's C-style quoting of unusual file names (``"a/x\\ty"``)."""
-    name = name.strip()
+    """A name as git writes it, quoted or not; what is not a valid escape is kept as it is,
+    and bytes that are not UTF-8 come back as surrogate escapes (the name's exact bytes)."""
     if len(name) < 2 or not (name.startswith('"') and name.endswith('"')):
         return name
-    raw = name[1:-1].encode("utf-8").decode("unicode_escape")
-    return raw.encode("latin-1").decode("utf-8", errors="replace")
+    body, out, at = name[1:-1], bytearray(), 0
+    while at < len(body):
+        if body[at] == "\\" and at + 1 < len(body):
+            if (escaped := _ESCAPED.get(body[at + 1])) is not None:
+                out.append(escaped)
+                at += 2
+                continue
+            if _OCTAL.match(body, at + 1):
+                out.append(int(body[at + 1 : at + 4], 8))
+                at += 4
+                continue
+        out += body[at].encode("utf-8", errors="surrogatepass")
+        at += 1
+    return out.decode("utf-8", errors="surrogateescape")
 
 
 async def reset_files(sandbox: Sandbox, paths: list[str]) -> str | None:
