@@ -123,6 +123,8 @@ def test_every_refusal_has_the_one_shape(server_factory: Callable[..., Server]) 
     wrong_method = httpx.request("PUT", f"{server.url}/v1/jobs/x")
     assert wrong_method.status_code == 405 and _error(wrong_method)["code"] == "method_not_allowed"
     assert wrong_method.headers["allow"] == "DELETE, GET"  # every method of the path
+    batch = httpx.request("OPTIONS", f"{server.url}/v1/jobs/batch")
+    assert batch.status_code == 405 and batch.headers["allow"] == "POST"  # not a job id
     for spec, field in (
         ({"url": "http://", "model": "m"}, "url"),
         ({"url": "http://h\x02:80/v1", "model": "m"}, "url"),
@@ -131,8 +133,9 @@ def test_every_refusal_has_the_one_shape(server_factory: Callable[..., Server]) 
         refused = httpx.post(f"{server.url}/v1/llm/backends", json=spec)
         assert refused.status_code == 422, refused.text
         assert field in str(_error(refused)["message"])
-    pause = httpx.post(f"{server.url}/v1/llm/models/m/pause", json={"timeout_s": False})
-    assert pause.status_code == 422 and "timeout_s" in pause.text
+    for wrong in ({"timeout_s": False}, {"admission": 0}, {"admission": "yes"}):
+        pause = httpx.post(f"{server.url}/v1/llm/models/m/pause", json=wrong)
+        assert pause.status_code == 422 and next(iter(wrong)) in pause.text
     resume = httpx.post(f"{server.url}/v1/llm/models/m/resume", json={"policy_version": 3.0})
     assert resume.status_code == 200  # 3.0 is the integer 3
 

@@ -1,5 +1,6 @@
-"""The base of the models a client sends: unknown fields are refused, and a number is a
-number (JSON's ``true`` and ``false`` are not taken for 1 and 0)."""
+"""The base of the models a client sends: unknown fields are refused, a number is a number
+and a boolean a boolean (JSON's ``true`` is not taken for 1, nor ``0`` or ``"yes"`` for a
+boolean)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,19 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 _NUMBERS = (int, float)
 
 
-def _numeric(annotation: Any) -> bool:
-    if annotation in _NUMBERS:
-        return True
+def _parts(annotation: Any) -> tuple[Any, ...]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        parts = typing.get_args(annotation)
-        return bool not in parts and str not in parts and any(p in _NUMBERS for p in parts)
-    return False
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _numeric(annotation: Any) -> bool:
+    parts = _parts(annotation)
+    return bool not in parts and str not in parts and any(p in _NUMBERS for p in parts)
+
+
+def _boolean(annotation: Any) -> bool:
+    return set(_parts(annotation)) <= {bool, type(None)} and bool in _parts(annotation)
 
 
 class WireModel(BaseModel):
@@ -28,9 +35,12 @@ class WireModel(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _number_not_boolean(cls, value: Any, info: ValidationInfo) -> Any:
-        if isinstance(value, bool) and info.field_name is not None:
-            field = cls.model_fields.get(info.field_name)
-            if field is not None and _numeric(field.annotation):
-                raise ValueError(f"{info.field_name} must be a number, not {str(value).lower()}")
+    def _json_types(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or value is None:
+            return value
+        if isinstance(value, bool) and _numeric(field.annotation):
+            raise ValueError(f"{info.field_name} must be a number, not {str(value).lower()}")
+        if not isinstance(value, bool) and _boolean(field.annotation):
+            raise ValueError(f"{info.field_name} must be true or false, not {value!r}")
         return value

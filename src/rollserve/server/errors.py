@@ -3,13 +3,13 @@ every status a route can answer is declared in the OpenAPI document."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
-from starlette.routing import Match
 
 from rollserve.errors import QueueFullError, RollserveError
 from rollserve.schema.api import ErrorBody
@@ -76,16 +76,18 @@ def install(app: FastAPI) -> None:
         return JSONResponse(body(code, message), exc.status_code, headers=headers)
 
 
-_METHODS = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
-
-
 def _methods(app: FastAPI, request: Request) -> list[str]:
-    """The methods some route of ``app`` answers at the request's path."""
-    return [
-        method
-        for method in _METHODS
-        if any(
-            route.matches({**request.scope, "method": method})[0] == Match.FULL
-            for route in app.router.routes
-        )
-    ]
+    """The methods the OpenAPI document gives the request's path. A path of the document that
+    is the very path wins over one whose parameter would take it (``/v1/jobs/batch`` is not a
+    job id)."""
+    paths: dict[str, dict[str, Any]] = app.openapi()["paths"]
+    path = request.scope["path"]
+    if path in paths:
+        return sorted(method.upper() for method in paths[path])
+    found: set[str] = set()
+    for template, item in paths.items():
+        parts = re.split(r"(\{[^/}]+\})", template)
+        pattern = "".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts)
+        if re.fullmatch(pattern, path):
+            found.update(method.upper() for method in item)
+    return sorted(found)
