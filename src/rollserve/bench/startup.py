@@ -59,6 +59,7 @@ async def check_backends(manager: SandboxManager, starts: int = 7) -> list[Backe
                 name=name,
                 available=True,
                 reason=available.reason,
+                unenforced=dict(available.unenforced),
                 start_p50_ms=round(statistics.median(samples), 2),
                 starts=len(samples),
             )

@@ -43,7 +43,9 @@ def check_table(checks: list[BackendCheck], title: str | None = None) -> Table:
     table = Table("backend", "available", "start p50 (ms)", "note", title=title)
     for c in checks:
         start = f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-"
-        table.add_row(c.name, "yes" if c.available else "no", start, c.reason)
+        unenforced = "; ".join(f"{k} not enforced: {why}" for k, why in c.unenforced.items())
+        note = "; ".join(n for n in (c.reason, unenforced) if n)
+        table.add_row(c.name, "yes" if c.available else "no", start, note)
     return table
 
 

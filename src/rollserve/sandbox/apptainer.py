@@ -81,6 +81,15 @@ class ApptainerBackend:
             "--writable-tmpfs",
             "--no-mount",
             "cwd",
+            # Root in the container is the host's root when rollserve runs as root (--userns
+            # maps 0 to 0), and Apptainer gives it every capability of its namespace, /sys
+            # with the host's cgroups, and a writable /proc/sys (kernel.core_pattern runs a
+            # program as root on the host): drop the privileges, leave /sys out, and make
+            # the kernel's global knobs in /proc read-only.
+            "--no-privs",
+            "--no-mount",
+            "sys",
+            *_read_only_proc(),
             "--bind",
             f"{workspace}:{guest}",
             "--pwd",
@@ -115,3 +124,15 @@ class ApptainerBackend:
             cwd=str(workspace),
             address_space_inside=True,
         )
+
+
+_PROC_KNOBS = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
+
+
+def _read_only_proc() -> list[str]:
+    """Binds that cover /proc's global, host-root-writable entries read-only."""
+    out = []
+    for path in _PROC_KNOBS:
+        if os.path.exists(path):
+            out += ["--bind", f"{path}:{path}:ro"]
+    return out

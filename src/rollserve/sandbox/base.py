@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -17,10 +17,12 @@ GUEST_WORKSPACE = "/workspace"
 
 @dataclass(frozen=True)
 class Availability:
-    """Whether a backend can run here and, if not, why."""
+    """Whether a backend can run here and, if not, why; ``unenforced`` names the limits
+    (``SandboxLimits`` fields) it cannot enforce on this host, each with the reason."""
 
     available: bool
     reason: str = ""
+    unenforced: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -37,6 +37,7 @@ class BwrapBackend:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._size_option: bool | None = None
 
     def _binary(self) -> str | None:
         return shutil.which(self.settings.bwrap_binary)
@@ -58,7 +59,22 @@ class BwrapBackend:
             return Availability(
                 False, f"bwrap cannot create namespaces here: {probe.stderr.strip()}"
             )
+        if not self._sizes_tmpfs(binary):
+            return Availability(
+                True,
+                unenforced={
+                    "disk_mb": "this bwrap has no --size (bubblewrap >= 0.5): /tmp, /run and "
+                    "/root are tmpfs limited only by memory"
+                },
+            )
         return Availability(True)
+
+    def _sizes_tmpfs(self, binary: str) -> bool:
+        """Whether this bwrap can limit a tmpfs's size (``--size``, bubblewrap 0.5+)."""
+        if self._size_option is None:
+            shown = subprocess.run([binary, "--help"], capture_output=True, text=True, check=False)
+            self._size_option = "--size" in shown.stdout
+        return self._size_option
 
     def launcher(
         self,
@@ -99,18 +115,16 @@ class BwrapBackend:
                 args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
             elif entry.is_dir():
                 args += ["--ro-bind", entry.path, f"/{entry.name}"]
-        args += [
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/run",
-            "--tmpfs",
-            "/root",
-        ]
+        # A sandbox's root is the host's root (uid 0 maps to 0 when rollserve runs as root),
+        # whom the kernel lets write sysctls by file mode alone (kernel.core_pattern runs a
+        # program as root on the host): bwrap 0.8 leaves /proc/sys writable, so cover it.
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        args += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger", "--dev", "/dev"]
+        size = spec.limits.disk_mb
+        for fresh in ("/tmp", "/run", "/root"):
+            if size is not None and self._sizes_tmpfs(binary):
+                args += ["--size", str(size * 1024 * 1024)]
+            args += ["--tmpfs", fresh]
         if only is not None:
             # After the tmpfs mounts, which would otherwise hide binds below them (/root).
             for extra in self.settings.bwrap_host_binds:

@@ -54,10 +54,13 @@ class SandboxInstance:
         template: Path | None,
         cgroup: Cgroup | None,
         on_close: Callable[[SandboxInstance], None] | None = None,
+        unenforced: dict[str, str] | None = None,
     ) -> None:
         self.id = record.id
         self.backend = record.backend
         self.limits = limits
+        # The limits asked for that this host does not enforce, each with the reason.
+        self.unenforced = dict(unenforced or {})
         self.guest_workspace = launcher.workspace
         self._record = record
         self._launcher = launcher
@@ -104,6 +107,12 @@ class SandboxInstance:
     @property
     def cgroup(self) -> Cgroup | None:
         return self._cgroup
+
+    def limit_events(self) -> dict[str, int]:
+        """How often the sandbox hit its limits (``max_processes``: forks refused,
+        ``memory_mb``: processes killed), as its cgroup counted them; empty without one
+        (rlimits count nothing: the process that hit one sees EAGAIN or ENOMEM itself)."""
+        return self._cgroup.limit_events() if self._cgroup is not None else {}
 
     def _check_open(self) -> None:
         if self._closed:

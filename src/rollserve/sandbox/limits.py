@@ -149,6 +149,23 @@ class Cgroup:
                         raise
                     time.sleep(0.01)
 
+    def limit_events(self) -> dict[str, int]:
+        """How often each limit was hit so far: ``max_processes`` (forks refused at the
+        pids limit) and ``memory_mb`` (processes killed at the memory limit)."""
+        events: dict[str, int] = {}
+        for d in self.dirs:
+            for name, key, limit in (
+                ("pids.events", "max", "max_processes"),
+                ("memory.events", "oom_kill", "memory_mb"),  # v2
+                ("memory.oom_control", "oom_kill", "memory_mb"),  # v1
+            ):
+                with contextlib.suppress(OSError, ValueError):
+                    for line in (d / name).read_text().splitlines():
+                        field_name, _, value = line.partition(" ")
+                        if field_name == key:
+                            events[limit] = events.get(limit, 0) + int(value)
+        return events
+
     def oom_killed(self) -> bool:
         """Whether the memory limit killed a process of this sandbox."""
         for d in self.dirs:

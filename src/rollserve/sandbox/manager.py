@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -18,7 +19,7 @@ from rollserve.errors import (
 )
 from rollserve.images import ImageStore, RunnableImage
 from rollserve.registry import Registry
-from rollserve.sandbox import state
+from rollserve.sandbox import quota, state
 from rollserve.sandbox.apptainer import ApptainerBackend
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, SandboxBackend
 from rollserve.sandbox.bwrap import BwrapBackend
@@ -30,6 +31,7 @@ from rollserve.schema.sandbox import (
     ApptainerSpec,
     BwrapSpec,
     LocalSpec,
+    SandboxLimits,
     SandboxSpec,
     check_guest_workspace,
 )
@@ -80,6 +82,7 @@ class SandboxManager:
         self.images = images if images is not None else ImageStore(settings)
         self._images: dict[str, RunnableImage] = {}
         self._availability: dict[str, Availability] = {}
+        self._quota_reason: str | None = None
 
     async def __aenter__(self) -> SandboxManager:
         await asyncio.to_thread(self.reap)
@@ -98,11 +101,39 @@ class SandboxManager:
         return state.reap(self.settings.state_dir)
 
     def availability(self, name: str) -> Availability:
-        """Whether backend ``name`` works here (probed once per manager)."""
+        """Whether backend ``name`` works here (probed once per manager), with the limits it
+        cannot enforce on this host (the disk quota, which rollserve mounts, included)."""
         backend = self.backends.get(name)
         if name not in self._availability:
-            self._availability[name] = backend.availability()
+            found = backend.availability()
+            problem = self._quota_problem()
+            if found.available and problem is not None:
+                notes = [n for n in (found.unenforced.get("disk_mb"), problem) if n]
+                unenforced = {**found.unenforced, "disk_mb": "; ".join(notes)}
+                found = dataclasses.replace(found, unenforced=unenforced)
+            self._availability[name] = found
         return self._availability[name]
+
+    def _quota_problem(self) -> str | None:
+        """Why the workspace disk quota cannot be enforced here (None: it can)."""
+        if self._quota_reason is None:
+            self._quota_reason = quota.unsupported_reason() or ""
+        return self._quota_reason or None
+
+    def _unenforced(
+        self, limits: SandboxLimits, cgroup: Cgroup | None, available: Availability
+    ) -> dict[str, str]:
+        """The limits asked for that this sandbox will not have, with the reason."""
+        out = {k: v for k, v in available.unenforced.items() if getattr(limits, k) is not None}
+        pids = cgroup is not None and "pids" in cgroup.controllers
+        if limits.max_processes is not None and not pids and os.geteuid() == 0:
+            out["max_processes"] = (
+                "no writable pids cgroup here, and RLIMIT_NPROC does not bind root (rollserve "
+                "runs as uid 0, and so do its sandboxes): processes are not counted"
+            )
+        if out:
+            log.warning("sandbox limits not enforced here: %s", out)
+        return out
 
     async def start(self, spec: SandboxSpec) -> SandboxInstance:
         """Start a sandbox: record it, lay out its workspace from the template, limit it."""
@@ -127,6 +158,9 @@ class SandboxManager:
                     await asyncio.to_thread(state.destroy, record)
             raise
         image: RunnableImage | None = None
+        disk = None
+        if spec.limits.disk_mb is not None and self._quota_problem() is None:
+            disk = quota.DiskQuota(record.path / "disk.img", spec.limits.disk_mb)
         try:
             workspace = record.path / "workspace"
             image = await self._image(spec)
@@ -143,9 +177,11 @@ class SandboxManager:
                 source = await asyncio.to_thread(image_directory, image, guest)
                 scratch = record.path / "overlay"
                 await asyncio.to_thread(scratch.mkdir)
-                await lay_out(source, workspace, scratch, self.settings.image_workspace)
+                await lay_out(source, workspace, scratch, self.settings.image_workspace, disk)
             else:
                 guest = None
+                if disk is not None:
+                    await disk.mount(workspace)
                 if template is not None:  # a private copy, reflinked where the fs can
                     await copy_tree(template, workspace)
             launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
@@ -157,6 +193,7 @@ class SandboxManager:
                 template=template,
                 cgroup=cgroup,
                 on_close=self._forget,
+                unenforced=self._unenforced(spec.limits, cgroup, available),
             )
         except BaseException:
             await asyncio.shield(asyncio.to_thread(state.destroy, record))

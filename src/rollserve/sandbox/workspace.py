@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from rollserve.errors import InvalidInputError, SandboxStartError
 from rollserve.images.base import RunnableImage
 from rollserve.images.unpack import RootFs
+from rollserve.sandbox.quota import DiskQuota
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,25 @@ def image_directory(image: RunnableImage, guest: str) -> Path:
     return Path(resolved)
 
 
-async def lay_out(source: Path, workspace: Path, scratch: Path, mode: str) -> str:
+async def lay_out(
+    source: Path, workspace: Path, scratch: Path, mode: str, quota: DiskQuota | None = None
+) -> str:
     """Make ``workspace`` (an empty directory) a writable view of ``source``; returns how
-    (``overlay`` or ``copy``)."""
+    (``overlay`` or ``copy``). With a ``quota``, what the sandbox writes (the overlay's upper
+    directory, or the copy) lives on the quota's filesystem."""
     if mode in ("auto", "overlay"):
+        if quota is not None:
+            await quota.mount(scratch)
         problem = await _overlay(source, workspace, scratch)
         if problem is None:
             return "overlay"
+        if quota is not None:
+            await quota.unmount(scratch)
         if mode == "overlay":
             raise SandboxStartError(f"cannot mount an overlay over {source}: {problem}")
         log.debug("overlay over %s not possible (%s): copying", source, problem)
+    if quota is not None:
+        await quota.mount(workspace)
     await copy_tree(source, workspace)
     return "copy"
 

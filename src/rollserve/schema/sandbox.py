@@ -5,11 +5,13 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from rollserve.schema.wire import WireModel
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class _Model(WireModel):
+    pass
 
 
 class SandboxLimits(_Model):
@@ -19,6 +21,12 @@ class SandboxLimits(_Model):
     memory_mb: int | None = Field(4096, gt=0, description="memory of all its processes together")
     max_processes: int | None = Field(1024, gt=0, description="tasks (processes + threads)")
     max_file_size_mb: int | None = Field(1024, gt=0, description="largest file a process may write")
+    disk_mb: int | None = Field(
+        10240,
+        gt=0,
+        description="space for the sandbox's writable files (workspace and, in bwrap, each "
+        "tmpfs); writing past it fails with ENOSPC",
+    )
     max_output_bytes: int = Field(
         100_000, ge=1024, description="command output kept (head + tail) per command"
     )
@@ -121,5 +129,8 @@ class BackendCheck(_Model):
     name: str
     available: bool
     reason: str = ""
+    unenforced: dict[str, str] = Field(
+        default_factory=dict, description="limits this host cannot enforce, and why"
+    )
     start_p50_ms: float | None = None
     starts: int = 0
