@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -11,13 +10,11 @@ from pathlib import Path
 
 import httpx
 
+from rollserve.ports import free_port
+
+__all__ = ["LlmServer", "free_port"]
+
 ROOT = Path(__file__).parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class LlmServer:

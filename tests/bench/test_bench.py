@@ -130,3 +130,14 @@ def test_bench_nodes_runs_every_configuration(postgres: Any) -> None:
         assert step["rollouts"] == step["completed"] == 6
         assert step["errors"] == step["duplicate_runs"] == step["retried"] == 0
         assert 0 < step["turn_gap_p50_ms"] <= step["turn_gap_p99_ms"]
+
+
+def test_bench_soak_accounts_for_every_rollout_and_leaves_nothing() -> None:
+    result = _bench("soak", "--rollouts", "60", "--in-flight", "12")
+    assert result["outcomes"] == {kind: 10 for kind in (
+        "rewarded", "unrewarded", "max_turns", "retried", "failed", "cancelled")}  # fmt: skip
+    assert result["statuses"] == {"completed": 40, "failed": 10, "cancelled": 10}
+    assert result["lost"] == result["duplicates"] == 0
+    assert result["sandbox_dirs_left"] == result["processes_left"] == 0
+    assert set(result["drift_pct"]) == {"fds", "threads", "rss_mib"}
+    assert all(s["fds"] > 0 and s["threads"] > 0 for s in result["samples"])

@@ -18,7 +18,6 @@ import asyncio
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ from rich.table import Table
 
 from rollserve.bench.stats import quantile
 from rollserve.client import RolloutClient, wait_ready
+from rollserve.ports import free_port
 from rollserve.schema.bench import NodesBenchResult, NodesStep
 from rollserve.schema.jobs import JobRequest
 from rollserve.testing.threaded import ThreadedServer
@@ -90,12 +90,6 @@ class EmulatedModel:
         self._server.kill()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_nodes(
     count: int, store_url: str, base: Path, run_workers: int, stack: ExitStack
 ) -> list[str]:
@@ -103,7 +97,7 @@ def _start_nodes(
     once every one is ready."""
     urls = []
     for index in range(count):
-        port = _free_port()
+        port = free_port()
         data = base / f"node-{index}"
         data.mkdir(parents=True)
         command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--port", str(port)]

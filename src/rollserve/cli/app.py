@@ -20,6 +20,7 @@ from rollserve.bench.pipeline import PipelineWorkload, bench_pipeline, pipeline_
 from rollserve.bench.router import Workload, bench_router, router_table
 from rollserve.bench.scale import ScaleWorkload, bench_scale, scale_table
 from rollserve.bench.shell import bench_shell
+from rollserve.bench.soak import bench_soak, soak_table
 from rollserve.bench.startup import check_backends
 from rollserve.bench.store import bench_store, store_table
 from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
@@ -249,6 +250,20 @@ def bench_nodes_cmd(
         typer.echo(result.model_dump_json(indent=2))
         return
     Console().print(nodes_table(result))
+
+
+@bench_app.command("soak")
+def bench_soak_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    rollouts: Annotated[int, typer.Option("--rollouts", min=12, help="rollouts in all")] = 5000,
+    in_flight: Annotated[int, typer.Option("--in-flight", min=1, help="at once")] = 48,
+) -> None:
+    """Short rollouts of mixed outcomes through one server: fds, threads, memory, sandboxes."""
+    result = bench_soak(rollouts, in_flight)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(soak_table(result))
 
 
 @bench_app.command("store")

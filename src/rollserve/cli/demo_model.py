@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -21,15 +20,9 @@ import httpx
 
 from rollserve.cli.demo_checks import ModelSource
 from rollserve.errors import InfrastructureError
+from rollserve.ports import free_port
 
 _STOP_GRACE_S = 10.0
-
-
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _argv(module: str, *args: str) -> list[str]:

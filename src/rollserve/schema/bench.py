@@ -255,3 +255,37 @@ class NodesBenchResult(BaseModel):
     model_ms: float
     cpus: int
     steps: list[NodesStep]
+
+
+class SoakSample(BaseModel):
+    """The server's resources when ``done`` rollouts had ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    done: int
+    seconds: float
+    fds: int  # open file descriptors of the server process
+    threads: int
+    rss_mib: float
+    processes: int  # the server's descendants (sandboxes and their shells)
+    sandbox_dirs: int  # entries of the sandbox state directory
+
+
+class SoakBenchResult(BaseModel):
+    """``rollserve bench soak``: many short rollouts of mixed outcomes through one server,
+    its resources sampled as they end; drift from the first window of samples past the
+    warm-up (20–40 % of the rollouts) to the last (75–95 %), medians, in percent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rollouts: int
+    seconds: float
+    rollouts_per_s: float
+    outcomes: dict[str, int]  # by kind: rewarded, unrewarded, max_turns, retried, failed, ...
+    statuses: dict[str, int]  # jobs by final status
+    lost: int  # submitted but never in the results feed
+    duplicates: int  # in the results feed more than once
+    samples: list[SoakSample]
+    drift_pct: dict[str, float]  # fds, threads, rss_mib: the last window against the first
+    sandbox_dirs_left: int  # once every rollout has ended
+    processes_left: int

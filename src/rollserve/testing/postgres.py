@@ -11,13 +11,13 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from rollserve.errors import InfrastructureError
+from rollserve.ports import free_port
 
 _SEARCH = ("/usr/lib/postgresql",)
 
@@ -44,7 +44,7 @@ class TempPostgres:
         self.bin = binaries
         self.dir = Path(tempfile.mkdtemp(prefix="rollserve-pg-", dir=base))
         self.data = self.dir / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._user = "postgres" if os.geteuid() == 0 else None
         if self._user is not None:
             entry = pwd.getpwnam(self._user)
@@ -136,12 +136,6 @@ class TempPostgres:
             except InfrastructureError:
                 self.kill()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _alive(pid: int) -> bool:

@@ -1,0 +1,207 @@
+"""``rollserve bench soak``: thousands of short rollouts of mixed outcomes through one
+``rollserve serve`` process, whose file descriptors, threads, memory, descendants and sandbox
+state directory are sampled as the rollouts end. A leak shows as growth from the first
+sample past the warm-up to the last.
+
+The rollouts (the ``echo`` task and ``script`` agent of ``rollserve.testing.plugin``, real
+bwrap sandboxes) come in six kinds, in turn: rewarded, unrewarded, cut at max_turns, an
+init failure that is retried, an evaluation that fails every attempt (``failed``), and a
+long command cancelled while it runs (or before it starts).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from rollserve.client import RolloutClient, wait_ready
+from rollserve.ports import free_port
+from rollserve.schema.bench import SoakBenchResult, SoakSample
+
+KINDS = ("rewarded", "unrewarded", "max_turns", "retried", "failed", "cancelled")
+_WARMUP = 0.2  # the first fifth of the rollouts warms caches and pools: drift is measured after
+
+
+def _job(index: int, tag: str) -> tuple[str, dict[str, Any]]:
+    kind = KINDS[index % len(KINDS)]
+    job_id = f"{tag}-{index}"
+    task: dict[str, Any] = {"task_id": job_id, "kind": "echo", "prompt": job_id}
+    commands = [f"printf %s {job_id} > answer.txt"]
+    agent: dict[str, Any] = {"name": "script", "commands": commands, "max_turns": 3}
+    if kind == "unrewarded":
+        agent["commands"] = ["printf %s wrong > answer.txt"]
+    elif kind == "max_turns":
+        agent["commands"] = ["true"] * 4 + commands
+    elif kind == "retried":
+        task["fail_init"] = 1
+    elif kind == "failed":
+        task["fail_eval"] = 9
+    elif kind == "cancelled":
+        agent["commands"] = ["sleep 60", *commands]
+    return kind, {"job_id": job_id, "task": task, "agent": agent}
+
+
+def _sample(pid: int, data_dir: Path, done: int, started: float) -> SoakSample:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    return SoakSample(
+        done=done,
+        seconds=round(time.monotonic() - started, 3),
+        fds=len(os.listdir(f"/proc/{pid}/fd")),
+        threads=int(fields["Threads"]),
+        rss_mib=round(int(fields["VmRSS"].split()[0]) / 1024, 1),
+        processes=len(_descendants(pid)),
+        sandbox_dirs=len(os.listdir(data_dir / "sandboxes"))
+        if (data_dir / "sandboxes").exists()
+        else 0,
+    )
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _drift(samples: list[SoakSample], rollouts: int) -> dict[str, float]:
+    """How far the median of the last window of samples is from that of the first window past
+    the warm-up (in percent): windows, since in-flight work makes single samples move."""
+    first = [s for s in samples if _WARMUP * rollouts <= s.done < 0.4 * rollouts]
+    last = [s for s in samples if 0.75 * rollouts <= s.done < 0.95 * rollouts]
+    if not first or not last:  # too few samples for windows: the ends past the warm-up
+        kept = [s for s in samples if s.done >= _WARMUP * rollouts] or samples
+        first, last = kept[:1], kept[-1:]
+
+    def pct(field: str) -> float:
+        a = statistics.median(getattr(s, field) for s in first)
+        b = statistics.median(getattr(s, field) for s in last)
+        return round((b - a) / a * 100, 1) if a else 0.0
+
+    return {field: pct(field) for field in ("fds", "threads", "rss_mib")}
+
+
+def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 40) -> SoakBenchResult:
+    """Run ``rollouts`` through a fresh server, ``in_flight`` at a time."""
+    base = Path(tempfile.mkdtemp(prefix="rollserve-soak-"))
+    data_dir = base / "data"
+    port = free_port()
+    env = {
+        **os.environ,
+        "ROLLSERVE_MAX_ATTEMPTS": "2",
+        "ROLLSERVE_RETRY_BACKOFF_S": "0.05",
+        "ROLLSERVE_RUN_WORKERS": str(in_flight),
+        "ROLLSERVE_INIT_WORKERS": "8",
+        "ROLLSERVE_EVAL_WORKERS": "8",
+    }
+    command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--port", str(port)]
+    command += ["--data-dir", str(data_dir), "--plugins", "rollserve.testing.plugin"]
+    with open(base / "server.log", "wb") as log:
+        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        if not wait_ready(url, 60):
+            raise RuntimeError(f"the server did not become ready (log: {base / 'server.log'})")
+        return _soak(url, server.pid, data_dir, rollouts, in_flight, samples)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _soak(
+    url: str, pid: int, data_dir: Path, rollouts: int, in_flight: int, samples: int
+) -> SoakBenchResult:
+    tag = f"soak{os.getpid()}"
+    every = max(1, rollouts // samples)
+    kinds: dict[str, str] = {}
+    cancel: list[str] = []
+    seen: Counter[str] = Counter()
+    statuses: Counter[str] = Counter()
+    taken: list[SoakSample] = []
+    started = time.monotonic()
+    with RolloutClient(url, timeout=60) as client:
+        cursor, submitted = int(client.status()["results_cursor"]), 0
+        while sum(seen.values()) < rollouts:
+            outstanding = submitted - sum(seen.values())
+            if submitted < rollouts and outstanding < in_flight:
+                batch = [_job(i, tag) for i in range(submitted, min(rollouts, submitted + 16))]
+                client.submit_batch([job for _, job in batch])
+                for kind, job in batch:
+                    kinds[job["job_id"]] = kind
+                    if kind == "cancelled":
+                        cancel.append(job["job_id"])
+                submitted += len(batch)
+            for job_id in cancel:
+                client.cancel(job_id)
+            cancel.clear()
+            page = client.results(cursor, limit=1000, wait=0.2)
+            cursor = page.next
+            for view in page.results:
+                if view.job_id not in kinds:
+                    continue
+                before = sum(seen.values())
+                seen[view.job_id] += 1
+                statuses[view.status] += 1
+                if (before + 1) % every == 0:
+                    taken.append(_sample(pid, data_dir, before + 1, started))
+        elapsed = time.monotonic() - started
+    time.sleep(1.0)  # the last sandboxes close after their jobs' results are stored
+    end = _sample(pid, data_dir, rollouts, started)
+    outcomes = Counter(kinds[j] for j in seen)
+    return SoakBenchResult(
+        rollouts=rollouts,
+        seconds=round(elapsed, 3),
+        rollouts_per_s=round(rollouts / elapsed, 2),
+        outcomes=dict(outcomes),
+        statuses=dict(statuses),
+        lost=sum(1 for j in kinds if j not in seen),
+        duplicates=sum(1 for n in seen.values() if n > 1),
+        samples=taken,
+        drift_pct=_drift(taken, rollouts),
+        sandbox_dirs_left=end.sandbox_dirs,
+        processes_left=end.processes,
+    )
+
+
+def soak_table(result: SoakBenchResult) -> Table:
+    table = Table(
+        title=f"soak: {result.rollouts} rollouts in {result.seconds:.0f} s "
+        f"({result.rollouts_per_s:.1f}/s)"
+    )
+    for column in ("ended", "s", "fds", "threads", "RSS MiB", "processes", "sandbox dirs"):
+        table.add_column(column, justify="right")
+    for s in result.samples:
+        table.add_row(
+            str(s.done), f"{s.seconds:.0f}", str(s.fds), str(s.threads), f"{s.rss_mib:.0f}",
+            str(s.processes), str(s.sandbox_dirs),
+        )  # fmt: skip
+    drift = ", ".join(f"{k} {v:+.1f}%" for k, v in result.drift_pct.items())
+    table.caption = (
+        f"drift past the warm-up: {drift}; lost {result.lost}, duplicates {result.duplicates};"
+        f" left at the end: {result.sandbox_dirs_left} sandbox dirs,"
+        f" {result.processes_left} processes"
+    )
+    return table
