@@ -12,6 +12,7 @@ from rollserve.agents.editor import COMMANDS, Editor
 from rollserve.errors import InvalidCommandError, ShellExitedError
 from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox.base import Sandbox
+from rollserve.schema.sandbox import SandboxLimits
 from rollserve.schema.shell import CommandResult
 from rollserve.shell import ShellSession
 
@@ -136,6 +137,7 @@ class Toolbox:
             return ToolOutcome("this task has no sandbox: bash is unavailable", error=True)
         if self._shell is None or not self._shell.alive:
             self._shell = await ShellSession.open(self.sandbox)
+        before = self.sandbox.limit_events()
         try:
             result = await self._shell.run(command, timeout=timeout)
         except InvalidCommandError as exc:  # the model's command cannot be typed (a NUL byte)
@@ -145,7 +147,8 @@ class Toolbox:
             return ToolOutcome(f"{exc.message}; the next command starts a new shell", error=True)
         if result.waiting_for_input:
             await self._shell.interrupt()
-        return ToolOutcome(_describe(result, timeout))
+        hits = _limits_hit(before, self.sandbox.limit_events(), self.sandbox.limits)
+        return ToolOutcome(_describe(result, timeout) + hits)
 
     async def _edit(self, arguments: dict[str, Any]) -> ToolOutcome:
         if self.sandbox is None:
@@ -162,6 +165,23 @@ class Toolbox:
         if answer is None and self.sandbox is not None:
             answer = await self.sandbox.diff()  # a repository task: the workspace's changes
         return ToolOutcome("submitted", submitted=True, submission=answer)
+
+
+def _limits_hit(before: dict[str, int], after: dict[str, int], limits: SandboxLimits) -> str:
+    """What the model should know of limits the command ran into (the kernel's kill of a
+    process over the memory limit shows as a bare exit code 137 otherwise)."""
+    notes = []
+    if after.get("memory_mb", 0) > before.get("memory_mb", 0):
+        notes.append(
+            f"a process was killed: the sandbox's memory limit of {limits.memory_mb} MB was "
+            "reached"
+        )
+    if after.get("max_processes", 0) > before.get("max_processes", 0):
+        notes.append(
+            f"new processes were refused: the sandbox's limit of {limits.max_processes} "
+            "processes was reached"
+        )
+    return "".join(f"\n[{note}]" for note in notes)
 
 
 def _describe(result: CommandResult, timeout: float) -> str:

@@ -166,17 +166,6 @@ class Cgroup:
                             events[limit] = events.get(limit, 0) + int(value)
         return events
 
-    def oom_killed(self) -> bool:
-        """Whether the memory limit killed a process of this sandbox."""
-        for d in self.dirs:
-            events = d / ("memory.events" if self.version == 2 else "memory.oom_control")
-            if events.exists():
-                for line in events.read_text().splitlines():
-                    key, _, value = line.partition(" ")
-                    if key in ("oom_kill", "under_oom") and value.strip() not in ("", "0"):
-                        return True
-        return False
-
 
 _PRLIMIT_OPTION = {
     resource.RLIMIT_CORE: "--core",

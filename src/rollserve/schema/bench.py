@@ -274,7 +274,7 @@ class SoakSample(BaseModel):
 class SoakBenchResult(BaseModel):
     """``rollserve bench soak``: many short rollouts of mixed outcomes through one server,
     its resources sampled as they end; drift from the first window of samples past the
-    warm-up (20–40 % of the rollouts) to the last (75–95 %), medians, in percent."""
+    warm-up (20 to 40 % of the rollouts) to the last (75 to 95 %), medians, in percent."""
 
     model_config = ConfigDict(extra="forbid")
 
