@@ -137,7 +137,12 @@ def test_bench_soak_accounts_for_every_rollout_and_leaves_nothing() -> None:
     assert result["outcomes"] == {kind: 10 for kind in (
         "rewarded", "unrewarded", "max_turns", "retried", "failed", "cancelled")}  # fmt: skip
     assert result["statuses"] == {"completed": 40, "failed": 10, "cancelled": 10}
+    # a rollout runs each stage once unless it fails: no lease lapses, no job taken twice
+    attempts = result["attempts"]
+    assert attempts["rewarded"] == attempts["unrewarded"] == attempts["max_turns"] == 1
+    assert attempts["retried"] == attempts["failed"] == 2
     assert result["lost"] == result["duplicates"] == 0
     assert result["sandbox_dirs_left"] == result["processes_left"] == 0
-    assert set(result["drift_pct"]) == {"fds", "threads", "rss_mib"}
+    assert set(result["drift_pct"]) == {"fds", "threads", "rss_mib", "processes"}
+    assert result["end"]["sandbox_dirs"] == result["end"]["processes"] == 0
     assert all(s["fds"] > 0 and s["threads"] > 0 for s in result["samples"])

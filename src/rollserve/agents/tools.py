@@ -173,8 +173,7 @@ def _limits_hit(before: dict[str, int], after: dict[str, int], limits: SandboxLi
     notes = []
     if after.get("memory_mb", 0) > before.get("memory_mb", 0):
         notes.append(
-            f"a process was killed: the sandbox's memory limit of {limits.memory_mb} MB was "
-            "reached"
+            f"a process was killed: the sandbox's memory limit of {limits.memory_mb} MB was reached"
         )
     if after.get("max_processes", 0) > before.get("max_processes", 0):
         notes.append(

@@ -12,7 +12,6 @@ long command cancelled while it runs (or before it starts).
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from rollserve.ports import free_port
 from rollserve.schema.bench import SoakBenchResult, SoakSample
 
 KINDS = ("rewarded", "unrewarded", "max_turns", "retried", "failed", "cancelled")
-_WARMUP = 0.2  # the first fifth of the rollouts warms caches and pools: drift is measured after
+_WARMUP = 0.2  # the first fifth warms caches and pools; drift is measured from its end
 
 
 def _job(index: int, tag: str) -> tuple[str, dict[str, Any]]:
@@ -83,24 +82,29 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _drift(samples: list[SoakSample], rollouts: int) -> dict[str, float]:
-    """How far the median of the last window of samples is from that of the first window past
-    the warm-up (in percent): windows, since in-flight work makes single samples move."""
-    first = [s for s in samples if _WARMUP * rollouts <= s.done < 0.4 * rollouts]
-    last = [s for s in samples if 0.75 * rollouts <= s.done < 0.95 * rollouts]
-    if not first or not last:  # too few samples for windows: the ends past the warm-up
-        kept = [s for s in samples if s.done >= _WARMUP * rollouts] or samples
-        first, last = kept[:1], kept[-1:]
+def _drift(first: SoakSample, last: SoakSample) -> dict[str, float]:
+    """Growth from the idle sample after the warm-up to the idle sample at the end, in
+    percent: with nothing in flight, what is left is what leaked."""
 
     def pct(field: str) -> float:
-        a = statistics.median(getattr(s, field) for s in first)
-        b = statistics.median(getattr(s, field) for s in last)
-        return round((b - a) / a * 100, 1) if a else 0.0
+        a, b = getattr(first, field), getattr(last, field)
+        return round((b - a) / a * 100, 1) if a else (0.0 if b == a else 100.0)
 
-    return {field: pct(field) for field in ("fds", "threads", "rss_mib")}
+    return {field: pct(field) for field in ("fds", "threads", "rss_mib", "processes")}
 
 
-def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 40) -> SoakBenchResult:
+def _idle(pid: int, data_dir: Path, done: int, started: float) -> SoakSample:
+    """A sample once the sandboxes of ended rollouts have closed (they close just after their
+    results are stored)."""
+    deadline = time.monotonic() + 10
+    while True:
+        sample = _sample(pid, data_dir, done, started)
+        if sample.sandbox_dirs == 0 or time.monotonic() > deadline:
+            return sample
+        time.sleep(0.1)
+
+
+def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 20) -> SoakBenchResult:
     """Run ``rollouts`` through a fresh server, ``in_flight`` at a time."""
     base = Path(tempfile.mkdtemp(prefix="rollserve-soak-"))
     data_dir = base / "data"
@@ -140,13 +144,19 @@ def _soak(
     cancel: list[str] = []
     seen: Counter[str] = Counter()
     statuses: Counter[str] = Counter()
+    attempts: dict[str, int] = {}  # by kind, the most any rollout of it took
     taken: list[SoakSample] = []
+    warm: SoakSample | None = None
+    warmup = max(1, int(rollouts * _WARMUP))
     started = time.monotonic()
     with RolloutClient(url, timeout=60) as client:
         cursor, submitted = int(client.status()["results_cursor"]), 0
         while sum(seen.values()) < rollouts:
             outstanding = submitted - sum(seen.values())
-            if submitted < rollouts and outstanding < in_flight:
+            if warm is None and submitted >= warmup and outstanding == 0:
+                warm = _idle(pid, data_dir, submitted, started)  # then the rest
+            holding = warm is None and submitted >= warmup  # the warm-up drains first
+            if submitted < rollouts and outstanding < in_flight and not holding:
                 batch = [_job(i, tag) for i in range(submitted, min(rollouts, submitted + 16))]
                 client.submit_batch([job for _, job in batch])
                 for kind, job in batch:
@@ -165,11 +175,12 @@ def _soak(
                 before = sum(seen.values())
                 seen[view.job_id] += 1
                 statuses[view.status] += 1
+                kind = kinds[view.job_id]
+                attempts[kind] = max(attempts.get(kind, 0), view.attempts)
                 if (before + 1) % every == 0:
                     taken.append(_sample(pid, data_dir, before + 1, started))
         elapsed = time.monotonic() - started
-    time.sleep(1.0)  # the last sandboxes close after their jobs' results are stored
-    end = _sample(pid, data_dir, rollouts, started)
+    end = _idle(pid, data_dir, rollouts, started)
     outcomes = Counter(kinds[j] for j in seen)
     return SoakBenchResult(
         rollouts=rollouts,
@@ -177,10 +188,13 @@ def _soak(
         rollouts_per_s=round(rollouts / elapsed, 2),
         outcomes=dict(outcomes),
         statuses=dict(statuses),
+        attempts=attempts,
         lost=sum(1 for j in kinds if j not in seen),
         duplicates=sum(1 for n in seen.values() if n > 1),
         samples=taken,
-        drift_pct=_drift(taken, rollouts),
+        warm=warm or end,
+        end=end,
+        drift_pct=_drift(warm or end, end),
         sandbox_dirs_left=end.sandbox_dirs,
         processes_left=end.processes,
     )
@@ -200,7 +214,8 @@ def soak_table(result: SoakBenchResult) -> Table:
         )  # fmt: skip
     drift = ", ".join(f"{k} {v:+.1f}%" for k, v in result.drift_pct.items())
     table.caption = (
-        f"drift past the warm-up: {drift}; lost {result.lost}, duplicates {result.duplicates};"
+        f"idle after the warm-up against idle at the end: {drift}; lost {result.lost},"
+        f" duplicates {result.duplicates};"
         f" left at the end: {result.sandbox_dirs_left} sandbox dirs,"
         f" {result.processes_left} processes"
     )

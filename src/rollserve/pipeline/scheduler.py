@@ -19,6 +19,7 @@ import contextlib
 import functools
 import logging
 import os
+import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _POLL_S = 0.5  # how often idle workers look for work another node may have queued
+# Below this much free space the data directory (sandboxes' state and workspaces, the SQLite
+# store) counts as full: no new sandbox is made until there is room again.
+_MIN_FREE_BYTES = 16 * 1024 * 1024
 
 
 class Scheduler:
@@ -76,6 +80,8 @@ class Scheduler:
         self._leases: ThreadPoolExecutor | None = None
         self._beat_now = asyncio.Event()
         self.store_error: str | None = None  # the last heartbeat's failure: not ready
+        self._beat_ok = time.monotonic()  # the last heartbeat the store took
+        self._disk_full: str | None = None  # why no sandbox is made now
         self.busy = {stage: 0 for stage in self._wake}
         self.pools = {
             Stage.INIT: settings.init_workers,
@@ -94,6 +100,7 @@ class Scheduler:
         await self._lease_call(
             self.store.heartbeat, [], self.node, self.settings.lease_s, node=self._beat()
         )
+        self._beat_ok = time.monotonic()
         await self._recover()
         for stage, size in self.pools.items():
             self._workers += [
@@ -122,6 +129,36 @@ class Scheduler:
         if self._leases is not None:
             await asyncio.to_thread(self._leases.shutdown)
             self._leases = None
+
+    def problem(self) -> str | None:
+        """Why this node is not ready (None: it is): the job store does not answer or has
+        not taken a heartbeat for a lease, or the data directory is full."""
+        if self.store_error is not None:
+            return f"the job store does not answer: {self.store_error}"
+        silent = time.monotonic() - self._beat_ok
+        if self._workers and silent > self.settings.lease_s:
+            return f"the job store has taken no heartbeat for {silent:.1f}s"
+        return self._full()
+
+    def _full(self) -> str | None:
+        """Why the data directory has no room for another sandbox (None: it has)."""
+        try:
+            free = shutil.disk_usage(self.settings.data_dir).free
+        except OSError as exc:
+            return f"the data directory {self.settings.data_dir} cannot be used: {exc.strerror}"
+        if free >= _MIN_FREE_BYTES:
+            if self._disk_full is not None:
+                log.warning("the data directory has room again: sandboxes are made again")
+                self._disk_full = None
+            return None
+        reason = (
+            f"the data directory {self.settings.data_dir} is full ({free // 1024} KiB free, "
+            f"{_MIN_FREE_BYTES // 2**20} MiB needed): no sandbox is made until there is room"
+        )
+        if self._disk_full is None:
+            log.error("%s", reason)
+        self._disk_full = reason
+        return reason
 
     def wake(self, stage: Stage = Stage.INIT) -> None:
         """New work for ``stage`` (a submit, a finished earlier stage)."""
@@ -165,7 +202,7 @@ class Scheduler:
         or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
-            if stage != Stage.INIT or self._room_to_init():
+            if self._may_claim(stage):
                 try:
                     job = await asyncio.to_thread(
                         self.store.claim, stage, self.node, self.settings.lease_s
@@ -180,6 +217,18 @@ class Scheduler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_POLL_S):
                     await self._wake[stage].wait()
+
+    def _may_claim(self, stage: Stage) -> bool:
+        """Not while the heartbeat is late (a claim could take a lapsed lease of this node's
+        own work); init and eval make sandboxes: not while the data directory is full, and
+        init not past its allowance."""
+        if time.monotonic() - self._beat_ok > self.settings.lease_s / 2:
+            return False  # the heartbeat is late: it renews this node's leases first
+        if stage == Stage.RUN:
+            return True
+        if self._full() is not None:
+            return False
+        return stage != Stage.INIT or self._room_to_init()
 
     def _room_to_init(self) -> bool:
         """Sandboxes held (running or made and waiting) and being made stay within the run
@@ -234,6 +283,7 @@ class Scheduler:
             except Exception:  # a bug: logged, and the next beat tries again
                 log.exception("renewing %d leases failed", len(work))
                 continue
+            self._beat_ok = time.monotonic()
             if self.store_error is not None:
                 log.warning("the job store answers again")
                 self.store_error = None

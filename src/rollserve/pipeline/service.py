@@ -223,6 +223,7 @@ class RolloutService:
                 for n in nodes
             ],
             "uptime_s": round(time.time() - self.started, 3),
+            "not_ready": self.scheduler.problem(),
             "stages": {
                 stage.value: {
                     "queued": depth.get(stage.value, 0),

@@ -35,6 +35,9 @@ class Launcher:
     spawner does it for the wrapper process. ``dies_with_parent`` says the wrapper already
     kills itself when rollserve dies (bwrap --die-with-parent). ``address_space_inside`` says
     an address-space rlimit must be set inside the sandbox, not on the wrapper.
+    ``signal_as_status`` says the wrapper reports a command killed by a signal as an exit
+    status (128 + N) and is killed by one only from outside: a sandbox killed underneath its
+    command, not the command's own end (Apptainer re-raises its command's signal instead).
     """
 
     prefix: list[str]
@@ -44,6 +47,7 @@ class Launcher:
     tty_inside: bool = False
     dies_with_parent: bool = False
     address_space_inside: bool = False
+    signal_as_status: bool = False
     cwd: str | None = None
 
     def argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:

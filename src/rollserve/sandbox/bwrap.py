@@ -160,6 +160,7 @@ class BwrapBackend:
             tty_prefix=[*args, "setsid", "-w", "-c"],
             tty_inside=True,
             dies_with_parent=True,
+            signal_as_status=True,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             workspace=guest,
         )

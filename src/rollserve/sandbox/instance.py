@@ -17,7 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rollserve.errors import InvalidCommandError, SandboxClosedError, SandboxPathError
+from rollserve.errors import (
+    InvalidCommandError,
+    SandboxClosedError,
+    SandboxDiedError,
+    SandboxPathError,
+)
 from rollserve.sandbox import files, procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
 from rollserve.sandbox.limits import Cgroup, confine, prlimit_args, rlimits_for
@@ -246,6 +251,14 @@ class SandboxInstance:
         code = proc.returncode
         if timed_out or code is None:
             return None, out, err
+        if code < 0 and self._launcher.signal_as_status:
+            # The wrapper itself died of a signal rollserve did not send: the sandbox was
+            # killed underneath the command, which must not be scored as the command's end.
+            raise SandboxDiedError(
+                f"sandbox {self.id} was killed by signal {-code} during a command",
+                sandbox_id=self.id,
+                signal=-code,
+            )
         return (128 - code if code < 0 else code), out, err
 
     async def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:

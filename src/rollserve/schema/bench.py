@@ -273,8 +273,8 @@ class SoakSample(BaseModel):
 
 class SoakBenchResult(BaseModel):
     """``rollserve bench soak``: many short rollouts of mixed outcomes through one server,
-    its resources sampled as they end; drift from the first window of samples past the
-    warm-up (20 to 40 % of the rollouts) to the last (75 to 95 %), medians, in percent."""
+    its resources sampled as they end; the drift is from the server idle after the warm-up
+    (a fifth of the rollouts) to the server idle at the end, in percent."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -283,9 +283,12 @@ class SoakBenchResult(BaseModel):
     rollouts_per_s: float
     outcomes: dict[str, int]  # by kind: rewarded, unrewarded, max_turns, retried, failed, ...
     statuses: dict[str, int]  # jobs by final status
+    attempts: dict[str, int]  # by kind, the most attempts one rollout of it took
     lost: int  # submitted but never in the results feed
     duplicates: int  # in the results feed more than once
-    samples: list[SoakSample]
-    drift_pct: dict[str, float]  # fds, threads, rss_mib: the last window against the first
+    samples: list[SoakSample]  # as rollouts end, work in flight
+    warm: SoakSample  # idle, after the warm-up
+    end: SoakSample  # idle, at the end
+    drift_pct: dict[str, float]  # fds, threads, rss_mib, processes: end against warm
     sandbox_dirs_left: int  # once every rollout has ended
     processes_left: int

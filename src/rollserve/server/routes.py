@@ -44,9 +44,11 @@ async def healthz() -> dict[str, str]:
 
 @health.get("/readyz", responses=responses(503))
 async def readyz(svc: Service) -> dict[str, str]:
-    """Ready while the node's heartbeat reaches the job store (503 with the reason if not)."""
-    if svc.scheduler.store_error is not None:
-        raise StoreUnavailableError(f"the job store does not answer: {svc.scheduler.store_error}")
+    """Ready while the node's heartbeat reaches the job store and its data directory has room
+    for sandboxes (503 with the reason if not)."""
+    problem = svc.scheduler.problem()
+    if problem is not None:
+        raise StoreUnavailableError(problem)
     return {"status": "ready", "node": svc.scheduler.node}
 
 

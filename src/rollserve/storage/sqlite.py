@@ -47,10 +47,10 @@ class SqliteJobStore(SqliteConnection):
     # -- jobs ------------------------------------------------------------------------------------
 
     def submit(self, jobs: list[NewJob], *, max_queued: int) -> list[Submitted]:
-        now = self._clock()
         out: list[Submitted] = []
         fresh: dict[str, tuple[NewJob, str]] = {}
         with self._write() as db:
+            now = self._clock()
             for job in jobs:
                 request = json.dumps(job.request, sort_keys=True)
                 row = db.execute(
@@ -91,8 +91,10 @@ class SqliteJobStore(SqliteConnection):
         return _record(rows[0]) if rows else None
 
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
-        now = self._clock()
         with self._write() as db:
+            # The time once the file is ours (here and in every write): a wait for another
+            # process's lock must not leave a lease or a node row written already stale.
+            now = self._clock()
             row = db.execute(
                 "SELECT * FROM jobs WHERE stage = ? AND cancel_requested = 0"
                 " AND (lease_owner IS NULL OR lease_expires < ?) AND (node IS NULL OR node = ?)"
@@ -122,9 +124,9 @@ class SqliteJobStore(SqliteConnection):
         *,
         node: tuple[str, dict[str, Any]] | None = None,
     ) -> list[str]:
-        now = self._clock()
         stop: list[str] = []
         with self._write() as db:
+            now = self._clock()
             if node is not None:
                 db.execute(
                     "INSERT INTO nodes (owner, node_id, info, started, seen, expires)"
@@ -167,8 +169,8 @@ class SqliteJobStore(SqliteConnection):
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
     ) -> bool:
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             row = self._held(db, job_id, owner)
             if row["cancel_requested"]:  # cancelled during the stage: it ends here
                 self._end_cancelled(db, row, now)
@@ -202,8 +204,8 @@ class SqliteJobStore(SqliteConnection):
     ) -> None:
         if not status.terminal:
             raise ValueError(f"finish needs a terminal status, not {status}")
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             if owner is None:
                 row = db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
                 if row is None:
@@ -241,8 +243,8 @@ class SqliteJobStore(SqliteConnection):
         error: dict[str, Any] | None = None,
         delay_s: float = 0.0,
     ) -> None:
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             row = self._held(db, job_id, owner)
             if row["cancel_requested"]:
                 self._end_cancelled(db, row, now)
@@ -256,8 +258,8 @@ class SqliteJobStore(SqliteConnection):
             )
 
     def cancel(self, job_id: str) -> JobRecord:
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             row = db.execute("SELECT * FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
             if row is None:
                 raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
@@ -287,8 +289,8 @@ class SqliteJobStore(SqliteConnection):
         )
 
     def cancel_group(self, group_id: str) -> list[str]:
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             rows = db.execute(
                 "SELECT * FROM jobs WHERE group_id = ? AND stage != 'done'", (group_id,)
             ).fetchall()
@@ -303,9 +305,9 @@ class SqliteJobStore(SqliteConnection):
         return [_record(r) for r in rows]
 
     def recover(self, alive: Callable[[str], bool]) -> list[str]:
-        now = self._clock()
         released = []
         with self._write() as db:
+            now = self._clock()
             live = {
                 row[0] for row in db.execute("SELECT owner FROM nodes WHERE expires >= ?", (now,))
             }
@@ -337,8 +339,8 @@ class SqliteJobStore(SqliteConnection):
         )
 
     def leave(self, owner: str) -> list[str]:
-        now = self._clock()
         with self._write() as db:
+            now = self._clock()
             rows = db.execute(
                 "SELECT * FROM jobs WHERE stage != 'done' AND (lease_owner = ? OR node = ?)",
                 (owner, owner),

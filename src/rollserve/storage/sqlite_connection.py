@@ -4,6 +4,7 @@ not about jobs: the nodes' rows and the inference backends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
@@ -13,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rollserve.errors import StoreSchemaError
+from rollserve.errors import StoreSchemaError, StoreUnavailableError
 from rollserve.storage.base import NodeRecord
 
 _SCHEMA = """
@@ -65,6 +66,9 @@ CREATE TABLE IF NOT EXISTS nodes (
     expires REAL NOT NULL
 );
 """
+# SQLite's result codes of a file that cannot be used for now (another process holds it, its
+# disk is full, the disk fails): the store does not answer, and callers try again later.
+_PASSING = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
 SCHEMA_VERSION = 4  # PRAGMA user_version; 1 had no nodes, 2 no not_before, 3 no pauses
 
 
@@ -98,19 +102,39 @@ class SqliteConnection:
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (BEGIN IMMEDIATE): claims never interleave,
-        whichever process holds the file."""
-        with self._lock:
+        whichever process holds the file. A file that cannot be written now (locked past the
+        busy timeout, its disk full) is StoreUnavailableError, and nothing of it is kept."""
+        with self._lock, self._answering():
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
+                self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # a failed COMMIT may leave it open
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.execute("ROLLBACK")
                 raise
-            self._db.execute("COMMIT")
 
     def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, self._answering():
             return self._db.execute(sql, args).fetchall()
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """SQLite's errors of the moment as the store's own: callers wait and try again."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            reason = getattr(exc, "sqlite_errorname", "SQLITE_ERROR")
+            if not reason.startswith(_PASSING):  # a mistake in a statement: a bug
+                raise
+            what = {"SQLITE_FULL": "its disk is full", "SQLITE_BUSY": "it is locked"}.get(
+                reason, "it cannot be read or written"
+            )
+            raise StoreUnavailableError(
+                f"the SQLite store {self.path} cannot be used now: {what} ({exc})",
+                reason=reason,
+            ) from exc
 
     def nodes(self) -> list[NodeRecord]:
         now = self._clock()
