@@ -18,6 +18,7 @@ import asyncio
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -197,6 +198,7 @@ def bench_nodes(
                     stack.callback(server.close)
                 url = server.create(f"bench_{count}")
             steps.append(_step(store, count, url, where, model, rollouts))
+    shutil.rmtree(base, ignore_errors=True)  # kept, with the nodes' logs, when a step failed
     return NodesBenchResult(
         rollouts=rollouts,
         turns=turns,

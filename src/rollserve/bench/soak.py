@@ -12,6 +12,7 @@ long command cancelled while it runs (or before it starts).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -125,7 +126,7 @@ def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 20) -> 
     try:
         if not wait_ready(url, 60):
             raise RuntimeError(f"the server did not become ready (log: {base / 'server.log'})")
-        return _soak(url, server.pid, data_dir, rollouts, in_flight, samples)
+        result = _soak(url, server.pid, data_dir, rollouts, in_flight, samples)
     finally:
         server.terminate()
         try:
@@ -133,6 +134,8 @@ def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 20) -> 
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+    shutil.rmtree(base, ignore_errors=True)  # kept, with the server's log, when it failed
+    return result
 
 
 def _soak(
