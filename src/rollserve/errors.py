@@ -184,7 +184,9 @@ class InfrastructureError(RollserveError):
 
 
 class BackendUnavailableError(InfrastructureError):
-    """A sandbox backend cannot run on this host (missing binary, missing kernel feature)."""
+    """A backend cannot serve: an inference server that does not answer, times out or answers
+    something malformed (the call fails over), or a sandbox backend that cannot run on this
+    host (a missing binary or kernel feature)."""
 
     code = "backend_unavailable"
 

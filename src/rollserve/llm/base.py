@@ -61,9 +61,11 @@ class ChatCompletion:
 
 
 class LLMBackend(Protocol):
-    """One registered inference server. Network failures raise BackendUnavailable (the router
-    then fails the turn over to another backend); a refused request raises InvalidInputError
-    or RemoteBackendError with what the server said."""
+    """One registered inference server. Network failures, timeouts and broken answers (not
+    JSON, the wrong shape, ids outside the vocabulary, logprobs that do not match the ids)
+    raise BackendUnavailable (the router then fails the turn over to another backend); a
+    refused request raises InvalidInputError or BackendRequestError with what the server
+    said."""
 
     view: BackendView
 

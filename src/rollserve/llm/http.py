@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -19,6 +20,8 @@ from rollserve.llm.templates import TemplateCache
 from rollserve.schema.backends import BackendView
 from rollserve.schema.tokens import LogprobMode
 from rollserve.settings import Settings
+
+_CONNECT_S = 10.0  # connecting to a backend at most
 
 
 class HttpBackend:
@@ -42,9 +45,8 @@ class HttpBackend:
             view = view.model_copy(update={"logprob_mode": self.default_logprob_mode})
         self.view = view
         self.templates = templates
-        self._http = httpx.AsyncClient(
-            timeout=httpx.Timeout(settings.llm_request_timeout_s, connect=10.0)
-        )
+        self._timeout_s = settings.llm_request_timeout_s
+        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout_s, connect=_CONNECT_S))
 
     @property
     def token_mode(self) -> bool:
@@ -60,10 +62,21 @@ class HttpBackend:
         await self._http.aclose()
 
     async def request(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-        """One HTTP call: network failures and 5xx → BackendUnavailableError (fail over);
+        """One HTTP call of at most ``llm_request_timeout_s`` in all: network failures, a
+        timeout, 5xx and an answer that is not JSON → BackendUnavailableError (fail over);
         other refusals → BackendRequestError with what the server said."""
         try:
-            answer = await self._http.request(method, url, json=body)
+            async with asyncio.timeout(self._timeout_s):  # httpx bounds each read, not the call
+                answer = await self._http.request(method, url, json=body)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            bound = (
+                f"could not connect within {_CONNECT_S:g}s"
+                if isinstance(exc, httpx.ConnectTimeout)
+                else f"no complete answer within {self._timeout_s:g}s (llm_request_timeout_s)"
+            )
+            raise BackendUnavailableError(
+                f"backend {self.view.id} ({url}): {bound}", backend_id=self.view.id
+            ) from exc
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise BackendUnavailableError(
                 f"backend {self.view.id} ({url}): {type(exc).__name__}: {exc}",
@@ -85,8 +98,10 @@ class HttpBackend:
         try:
             return answer.json()
         except json.JSONDecodeError as exc:
+            kind = answer.headers.get("content-type", "no content type")
             raise BackendUnavailableError(
-                f"backend {self.view.id} ({url}) answered something that is not JSON",
+                f"backend {self.view.id} ({url}) answered HTTP {answer.status_code} with "
+                f"something that is not JSON ({kind}): {answer.text[:200]!r}",
                 backend_id=self.view.id,
             ) from exc
 
@@ -162,27 +177,41 @@ class HttpBackend:
             body["tools"] = tools
         answer = await self.request("POST", f"{self.view.url}/chat/completions", body)
         try:
-            choice = answer["choices"][0]
-            message = choice["message"]
-            calls = [
-                {
-                    "id": call.get("id") or f"call_{i}",
-                    "name": call["function"]["name"],
-                    "arguments": call["function"].get("arguments") or "{}",
-                }
-                for i, call in enumerate(message.get("tool_calls") or [])
-            ]
-            return ChatCompletion(
-                content=message.get("content") or "",
-                tool_calls=calls,
-                finish_reason=choice.get("finish_reason") or "stop",
-                usage=answer.get("usage") or {},
-            )
-        except (KeyError, IndexError, TypeError) as exc:
-            raise BackendRequestError(
-                f"backend {self.view.id}: unexpected chat completion {str(answer)[:300]}",
+            return _chat_completion(answer)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+            raise BackendUnavailableError(
+                f"backend {self.view.id} answered a malformed chat completion "
+                f"({type(exc).__name__}: {exc}): {str(answer)[:300]}",
                 backend_id=self.view.id,
             ) from exc
+
+
+def _chat_completion(answer: Any) -> ChatCompletion:
+    """An OpenAI chat completion as rollserve keeps it; raises (KeyError, TypeError, …) on
+    anything else, so that no part of a broken answer reaches a trajectory."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise TypeError("the message's content is not text")
+    calls = []
+    for i, call in enumerate(message.get("tool_calls") or []):
+        name, arguments = call["function"]["name"], call["function"].get("arguments") or "{}"
+        if isinstance(arguments, dict):  # some servers send the object itself
+            arguments = json.dumps(arguments)
+        if not isinstance(name, str) or not isinstance(arguments, str):
+            raise TypeError(f"tool call {i + 1} has no name or arguments as text")
+        calls.append({"id": call.get("id") or f"call_{i}", "name": name, "arguments": arguments})
+    finish = choice.get("finish_reason") or "stop"
+    usage = answer.get("usage") or {}
+    if not isinstance(finish, str) or not isinstance(usage, dict):
+        raise TypeError("the finish reason is not text or the usage not an object")
+    return ChatCompletion(
+        content=content or "",
+        tool_calls=calls,
+        finish_reason=finish,
+        usage={k: v for k, v in usage.items() if type(v) is int},
+    )
 
 
 def _excerpt(answer: httpx.Response) -> str:

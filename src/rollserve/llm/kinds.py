@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rollserve.errors import (
@@ -65,18 +66,16 @@ class VllmBackend(HttpBackend):
             token_ids = choice.get("token_ids")
             if token_ids is None and finish != "abort":
                 raise KeyError("token_ids")
-            ids = [int(i) for i in token_ids or []]
             entries = (choice.get("logprobs") or {}).get("token_logprobs") or []
-            logprobs = [LOGPROB_FLOOR if x is None else float(x) for x in entries]
             spans = choice.get("weight_versions") or []  # vLLM 0.34 with return_weight_versions
             version = spans[-1].get("version") if spans else None
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise BackendRequestError(
-                f"backend {self.view.id}: no token_ids/logprobs in its completion (is it a vLLM "
-                f"server that supports return_token_ids?): {str(answer)[:300]}",
-                backend_id=self.view.id,
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise _broken(
+                self.view.id,
+                "no token_ids/logprobs in its completion (is it a vLLM server that supports "
+                f"return_token_ids?): {str(answer)[:300]}",
             ) from exc
-        done = _checked(self.view.id, ids, logprobs, _finish(self.view.id, finish))
+        done = _checked(self, token_ids or [], entries, _finish(self.view.id, finish))
         done.weight_version = None if version is None else str(version)
         return done
 
@@ -117,16 +116,14 @@ class SglangBackend(HttpBackend):
                 raise KeyError("output_token_logprobs")
             # The ids come from the logprobs: up to SGLang 0.5.4, output_ids starts with up to
             # five prompt tokens.
-            ids = [int(p[1]) for p in pairs or []]
-            logprobs = [LOGPROB_FLOOR if p[0] is None else float(p[0]) for p in pairs or []]
+            ids = [p[1] for p in pairs or []]
+            logprobs = [p[0] for p in pairs or []]
             version = meta.get("weight_version")
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-            raise BackendRequestError(
-                f"backend {self.view.id}: no output ids/logprobs in its /generate answer: "
-                f"{str(answer)[:300]}",
-                backend_id=self.view.id,
+        except (KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise _broken(
+                self.view.id, f"no output ids/logprobs in its /generate answer: {str(answer)[:300]}"
             ) from exc
-        done = _checked(self.view.id, ids, logprobs, _finish(self.view.id, finish))
+        done = _checked(self, ids, logprobs, _finish(self.view.id, finish))
         done.weight_version = None if version is None else str(version)
         return done
 
@@ -179,14 +176,37 @@ def _finish(backend_id: str, reported: Any) -> str:
 
 
 def _checked(
-    backend_id: str, ids: list[int], logprobs: list[float], finish: str
+    backend: VllmBackend | SglangBackend, ids: Any, logprobs: Any, finish: str
 ) -> TokenCompletion:
+    """The generation as a trajectory may keep it: one integer id of the model's vocabulary
+    and one number (null: the floor) per token. Anything else raises BackendUnavailableError:
+    the server is broken, and the turn goes to another backend."""
+    name = backend.view.id
+    if not isinstance(ids, list) or not isinstance(logprobs, list):
+        raise _broken(name, "its token ids or logprobs are not lists")
+    tokenizer = backend.view.tokenizer
+    vocab = backend.templates.get(tokenizer).vocab_size if tokenizer else None
+    wrong = [i for i in ids if type(i) is not int or i < 0 or (vocab is not None and i >= vocab)]
+    if wrong:
+        within = f"integers 0 to {vocab - 1}" if vocab else "integers"
+        raise _broken(name, f"token ids outside the vocabulary ({within}): {wrong[:5]!r}")
     if len(ids) != len(logprobs):
-        raise BackendRequestError(
-            f"backend {backend_id} returned {len(ids)} token ids but {len(logprobs)} logprobs",
-            backend_id=backend_id,
-        )
-    return TokenCompletion(token_ids=ids, logprobs=logprobs, finish_reason=finish)
+        raise _broken(name, f"{len(ids)} token ids but {len(logprobs)} logprobs")
+    odd = [x for x in logprobs if x is not None and not _is_logprob(x)]
+    if odd:
+        raise _broken(name, f"logprobs that are not numbers: {odd[:5]!r}")
+    values = [LOGPROB_FLOOR if x is None or x == -math.inf else float(x) for x in logprobs]
+    return TokenCompletion(token_ids=ids, logprobs=values, finish_reason=finish)
+
+
+def _is_logprob(value: Any) -> bool:
+    return type(value) in (int, float) and not math.isnan(value) and value != math.inf
+
+
+def _broken(backend_id: str, what: str) -> BackendUnavailableError:
+    return BackendUnavailableError(
+        f"backend {backend_id} answered a malformed generation: {what}", backend_id=backend_id
+    )
 
 
 async def _probe(backend: VllmBackend | SglangBackend, what: str) -> None:

@@ -40,6 +40,7 @@ class ChatTemplate:
         limit = int(getattr(self.tokenizer, "model_max_length", 0) or 0)
         self.max_length: int | None = limit if 0 < limit < _NO_LIMIT else None
         self.stop_ids = _stop_ids(path, self.tokenizer.eos_token_id)
+        self.vocab_size = _vocab_size(path, len(self.tokenizer))
 
     def render(
         self,
@@ -117,6 +118,23 @@ def _stop_ids(path: Path, eos: int | None) -> tuple[int, ...]:
             if isinstance(value, int) and value not in ids:
                 ids.append(value)
     return tuple(ids)
+
+
+def _vocab_size(path: Path, tokens: int) -> int:
+    """How many ids the model may generate: the tokenizer's, or the model's embedding rows
+    when its config in the same directory says more (tables are often padded: Qwen2.5 has
+    151936 rows for 151665 tokens)."""
+    config = path / "config.json"
+    try:
+        found = json.loads(config.read_text()) if config.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        found = {}
+    sizes = [tokens]
+    for section in (found, found.get("text_config")) if isinstance(found, dict) else ():
+        size = section.get("vocab_size") if isinstance(section, dict) else None
+        if type(size) is int:
+            sizes.append(size)
+    return max(sizes)
 
 
 class TemplateCache:

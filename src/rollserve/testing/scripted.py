@@ -9,13 +9,14 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.errors import InvalidInputError
@@ -60,10 +61,43 @@ class _Refusal(Exception):
         return JSONResponse({"error": error}, status_code=self.status)
 
 
+@dataclass(frozen=True)
+class RawAnswer:
+    """A fault a rewrite can return: this body sent as it is, not as JSON (a proxy's HTML
+    error page with status 200, a cut-off body)."""
+
+    body: str
+    status: int = 200
+    media_type: str = "text/html"
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A fault a rewrite can return: the answer is held back ``seconds`` while the server
+    keeps serving other requests (a server that hangs past its client's timeout)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """A fault a rewrite can return: the answer is sent at once with its headers, then its
+    body a byte every ``interval_s`` (a server too slow for any single read to time out)."""
+
+    interval_s: float
+
+
+@dataclass(frozen=True)
+class Drop:
+    """A fault a rewrite can return: the connection is reset with no answer at all (a server
+    process that dies while generating)."""
+
+
+Fault = RawAnswer | Stall | Trickle | Drop
 Handler = Callable[[dict[str, Any], list[int], ScriptedTurn, int], dict[str, Any]]
-Rewrite = Callable[[str, dict[str, Any], dict[str, Any]], "dict[str, Any] | int"]
-"""``(path, request body, answer) → answer``, or an HTTP status to refuse with: makes the
-server behave like a given server version (quirks, aborts, errors)."""
+Rewrite = Callable[[str, dict[str, Any], dict[str, Any]], "dict[str, Any] | int | Fault"]
+"""``(path, request body, answer) → answer``, an HTTP status to refuse with, or a Fault:
+makes the server behave like a given server version (quirks, aborts, errors) or a broken one."""
 
 
 class ScriptedLLMServer:
@@ -76,7 +110,8 @@ class ScriptedLLMServer:
     written into ``content`` in the hermes format. ``/v1/models`` and ``/health`` are never
     delayed or failed; ``max_model_len`` is listed in ``/v1/models`` when given;
     ``server_info`` is what ``/server_info`` answers (404 when None); ``rewrite`` changes each
-    generation answer."""
+    generation answer, or answers with a fault (:class:`RawAnswer`, :class:`Stall`,
+    :class:`Trickle`, :class:`Drop`)."""
 
     def __init__(
         self,
@@ -233,12 +268,26 @@ class ScriptedLLMServer:
             except _Refusal as refusal:
                 return refusal.response()
             answer = handler(body, prompt_ids, turn, index)
-            if self.rewrite is not None:
-                changed = self.rewrite(path, body, answer)
-                if isinstance(changed, int):
-                    return _Refusal(changed, "refused by the script", "APIError").response()
-                answer = changed
-            return answer
+            if self.rewrite is None:
+                return answer
+            changed = self.rewrite(path, body, answer)
+            if isinstance(changed, Stall):
+                await asyncio.sleep(changed.seconds)
+                return answer
+            if isinstance(changed, Trickle):
+                return StreamingResponse(
+                    _drip(json.dumps(answer).encode(), changed.interval_s),
+                    media_type="application/json",
+                )
+            if isinstance(changed, Drop):
+                self._runner.drop(request.client)
+                await asyncio.sleep(0.01)  # the reset lands before anything could be sent
+                return None
+            if isinstance(changed, RawAnswer):
+                return Response(changed.body, changed.status, media_type=changed.media_type)
+            if isinstance(changed, int):
+                return _Refusal(changed, "refused by the script", "APIError").response()
+            return changed
 
         return endpoint
 
@@ -352,6 +401,12 @@ class ScriptedLLMServer:
         if body.get("return_logprob"):
             meta["output_token_logprobs"] = [[self.logprob, i, None] for i in ids]
         return {"text": text, "output_ids": ids, "meta_info": meta}
+
+
+async def _drip(data: bytes, interval_s: float) -> AsyncIterator[bytes]:
+    for byte in data:
+        yield bytes([byte])
+        await asyncio.sleep(interval_s)
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:

@@ -8,6 +8,8 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterable
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -54,6 +56,17 @@ class ThreadedServer:
             self._server.should_exit = True
             self._thread.join()
             self._server = self._thread = None
+
+    def drop(self, client: Iterable[Any] | None) -> None:
+        """Reset the connection from ``client`` (a ``(host, port)`` pair) unanswered, as a
+        server that dies mid-request does; call it on the server's own loop."""
+        server, address = self._server, tuple(client) if client is not None else None
+        if server is None or address is None:
+            return
+        for connection in list(server.server_state.connections):
+            transport = getattr(connection, "transport", None)
+            if getattr(connection, "client", None) == address and transport is not None:
+                transport.abort()
 
     def kill(self) -> None:
         """Stop at once, like a crashed server: open connections are reset unanswered."""
