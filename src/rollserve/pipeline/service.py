@@ -53,6 +53,9 @@ class RolloutService:
         self._unsubscribe: Callable[[], None] | None = None
 
     async def start(self) -> None:
+        # The node's own directory (its sandboxes' state; the SQLite store, if that is the
+        # store): its free space is watched from the start, whichever store holds the jobs.
+        await asyncio.to_thread(self.settings.data_dir.mkdir, parents=True, exist_ok=True)
         await self.sandboxes.__aenter__()  # reaps what a crashed predecessor left
         await self.router.start()
         await self.scheduler.start()
