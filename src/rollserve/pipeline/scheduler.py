@@ -19,7 +19,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import socket
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from rollserve.errors import (
 from rollserve.pipeline.changes import Changes
 from rollserve.pipeline.figures import Figures
 from rollserve.pipeline.fleet import node_alive, node_name, owner_id
+from rollserve.pipeline.room import DataDirRoom
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
@@ -51,9 +51,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _POLL_S = 0.5  # how often idle workers look for work another node may have queued
-# Below this much free space the data directory (sandboxes' state and workspaces, the SQLite
-# store) counts as full: no new sandbox is made until there is room again.
-_MIN_FREE_BYTES = 16 * 1024 * 1024
 
 
 class Scheduler:
@@ -74,6 +71,10 @@ class Scheduler:
         self.name = node_name(settings)
         self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
         self._active: dict[str, asyncio.Task[Any]] = {}
+        # The stage each job of this node is at work on, until it is handed back to the store
+        # (advanced, requeued, finished): a claim of such a job for that stage is this node's
+        # own lapsed lease (the store did not answer for a while), not new work.
+        self._working: dict[str, Stage] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
@@ -81,7 +82,7 @@ class Scheduler:
         self._beat_now = asyncio.Event()
         self.store_error: str | None = None  # the last heartbeat's failure: not ready
         self._beat_ok = time.monotonic()  # the last heartbeat the store took
-        self._disk_full: str | None = None  # why no sandbox is made now
+        self.room = DataDirRoom(settings.data_dir)  # no sandbox is made while it is full
         self.busy = {stage: 0 for stage in self._wake}
         self.pools = {
             Stage.INIT: settings.init_workers,
@@ -138,27 +139,7 @@ class Scheduler:
         silent = time.monotonic() - self._beat_ok
         if self._workers and silent > self.settings.lease_s:
             return f"the job store has taken no heartbeat for {silent:.1f}s"
-        return self._full()
-
-    def _full(self) -> str | None:
-        """Why the data directory has no room for another sandbox (None: it has)."""
-        try:
-            free = shutil.disk_usage(self.settings.data_dir).free
-        except OSError as exc:
-            return f"the data directory {self.settings.data_dir} cannot be used: {exc.strerror}"
-        if free >= _MIN_FREE_BYTES:
-            if self._disk_full is not None:
-                log.warning("the data directory has room again: sandboxes are made again")
-                self._disk_full = None
-            return None
-        reason = (
-            f"the data directory {self.settings.data_dir} is full ({free // 1024} KiB free, "
-            f"{_MIN_FREE_BYTES // 2**20} MiB needed): no sandbox is made until there is room"
-        )
-        if self._disk_full is None:
-            log.error("%s", reason)
-        self._disk_full = reason
-        return reason
+        return self.room.full()
 
     def wake(self, stage: Stage = Stage.INIT) -> None:
         """New work for ``stage`` (a submit, a finished earlier stage)."""
@@ -210,6 +191,9 @@ class Scheduler:
                 except StoreUnavailableError as exc:  # wait for it: nothing is lost
                     log.warning("%s workers cannot claim: %s", stage, exc.message)
                     job = None
+                if job is not None and self._working.get(job.job_id) == stage:
+                    log.warning("job %s: its lease lapsed while at work here; kept", job.job_id)
+                    continue  # the worker at it goes on: the claim renewed its lease
                 if job is not None:
                     return job
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a worker hung
@@ -226,7 +210,7 @@ class Scheduler:
             return False  # the heartbeat is late: it renews this node's leases first
         if stage == Stage.RUN:
             return True
-        if self._full() is not None:
+        if self.room.full() is not None:
             return False
         return stage != Stage.INIT or self._room_to_init()
 
@@ -241,6 +225,7 @@ class Scheduler:
         assert work is not None
         inner = asyncio.ensure_future(self._stage(stage, job))
         self._active[job.job_id] = inner
+        self._working[job.job_id] = stage
         try:
             await inner
         except asyncio.CancelledError:
@@ -252,6 +237,8 @@ class Scheduler:
         finally:
             if self._active.get(job.job_id) is inner:
                 del self._active[job.job_id]
+                if self._working.get(job.job_id) == stage:
+                    del self._working[job.job_id]
             self.changes.notify()
 
     async def _heartbeat(self) -> None:
@@ -335,6 +322,7 @@ class Scheduler:
         await self._release(job_id)
         record = await self._store(self.store.get, job_id)
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
+            self._working.pop(job_id, None)
             await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
             self.figures.job_ended(JobStatus.CANCELLED.value)
 
@@ -382,6 +370,7 @@ class Scheduler:
             "queued_s": queued if job.attempts == 1 else job.timing.get("queued_s", queued),
             "init_s": time.monotonic() - started,
         }
+        self._working.pop(job.job_id, None)  # handed on: a claim of it is new work
         advanced = await self._store(
             self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
         )
@@ -411,6 +400,7 @@ class Scheduler:
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
             return
+        self._working.pop(job.job_id, None)
         await self._store(
             self.store.advance,
             job.job_id,
@@ -448,6 +438,7 @@ class Scheduler:
             self.figures.stage_done(Stage.EVAL.value, timing["eval_s"])
         else:
             result = self.runner.unscored(output, "the run timed out and was not evaluated")
+        self._working.pop(job.job_id, None)
         await self._store(
             self.store.finish,
             job.job_id,
@@ -472,6 +463,7 @@ class Scheduler:
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
         retry = Stage.EVAL if stage == Stage.EVAL else Stage.INIT
         delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
+        self._working.pop(job.job_id, None)
         await self._store(
             self.store.requeue, job.job_id, self.node, retry, error=error, delay_s=delay
         )
@@ -482,6 +474,7 @@ class Scheduler:
     ) -> None:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
+        self._working.pop(job.job_id, None)
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
         self.figures.job_ended(status.value)
 
