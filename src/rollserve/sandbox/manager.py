@@ -83,6 +83,7 @@ class SandboxManager:
         self._images: dict[str, RunnableImage] = {}
         self._availability: dict[str, Availability] = {}
         self._quota_reason: str | None = None
+        self._warned: set[str] = set()  # limits already said to be unenforced here
 
     async def __aenter__(self) -> SandboxManager:
         await asyncio.to_thread(self.reap)
@@ -131,8 +132,10 @@ class SandboxManager:
                 "no writable pids cgroup here, and RLIMIT_NPROC does not bind root (rollserve "
                 "runs as uid 0, and so do its sandboxes): processes are not counted"
             )
-        if out:
-            log.warning("sandbox limits not enforced here: %s", out)
+        fresh = {k: v for k, v in out.items() if k not in self._warned}
+        if fresh:  # once per limit and manager, not at every start
+            log.warning("sandbox limits not enforced here: %s", fresh)
+            self._warned.update(fresh)
         return out
 
     async def start(self, spec: SandboxSpec) -> SandboxInstance:
