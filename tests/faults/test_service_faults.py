@@ -131,6 +131,8 @@ def kill_sandbox_running(data_dir: Path, marker: str, timeout_s: float = 30) -> 
             if not launchers:
                 continue  # not (or no longer) a sandbox's process
             launcher = launchers[-1]
+            if pid not in descendants(launcher):  # a tree already on its way out (a kill
+                continue  # before this one): not a live sandbox running the marker
             # Stopped first, then killed: no process of the sandbox sees another die and
             # acts on it (a shell that reaps its command and goes on) before its own end.
             victims = {launcher}
