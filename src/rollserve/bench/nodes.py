@@ -19,8 +19,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -33,6 +31,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from rich.table import Table
 
+from rollserve.bench.serve import start_node, stop_node
 from rollserve.bench.stats import quantile
 from rollserve.client import RolloutClient, wait_ready
 from rollserve.ports import free_port
@@ -101,28 +100,16 @@ def _start_nodes(
         port = free_port()
         data = base / f"node-{index}"
         data.mkdir(parents=True)
-        command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--port", str(port)]
-        command += ["--data-dir", str(data), "--plugins", "rollserve.testing.plugin"]
-        command += [f"--store-url={store_url}", f"--node-id=bench-{index}"]
-        command += [f"--run-workers={run_workers}", "--init-workers=16", "--eval-workers=16"]
-        with open(base / f"node-{index}.log", "wb") as log:
-            node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-        stack.callback(_stop, node)
+        flags = [f"--store-url={store_url}", f"--node-id=bench-{index}"]
+        flags += [f"--run-workers={run_workers}", "--init-workers=16", "--eval-workers=16"]
+        node = start_node(port, data, base / f"node-{index}.log", *flags)
+        stack.callback(stop_node, node)
         urls.append(f"http://127.0.0.1:{port}")
     deadline = time.monotonic() + 120
     for url in urls:
         if not wait_ready(url, deadline - time.monotonic()):
             raise RuntimeError(f"node {url} did not become ready (logs in {base})")
     return urls
-
-
-def _stop(node: subprocess.Popen[bytes]) -> None:
-    node.terminate()
-    try:
-        node.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        node.kill()
-        node.wait()
 
 
 def _step(

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -23,6 +21,7 @@ from typing import Any
 
 from rich.table import Table
 
+from rollserve.bench.serve import start_node, stop_node
 from rollserve.client import RolloutClient, wait_ready
 from rollserve.ports import free_port
 from rollserve.schema.bench import SoakBenchResult, SoakSample
@@ -110,30 +109,17 @@ def bench_soak(rollouts: int = 5000, in_flight: int = 48, samples: int = 20) -> 
     base = Path(tempfile.mkdtemp(prefix="rollserve-soak-"))
     data_dir = base / "data"
     port = free_port()
-    env = {
-        **os.environ,
-        "ROLLSERVE_MAX_ATTEMPTS": "2",
-        "ROLLSERVE_RETRY_BACKOFF_S": "0.05",
-        "ROLLSERVE_RUN_WORKERS": str(in_flight),
-        "ROLLSERVE_INIT_WORKERS": "8",
-        "ROLLSERVE_EVAL_WORKERS": "8",
-    }
-    command = [sys.executable, "-m", "rollserve.cli.app", "serve", "--port", str(port)]
-    command += ["--data-dir", str(data_dir), "--plugins", "rollserve.testing.plugin"]
-    with open(base / "server.log", "wb") as log:
-        server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    config = base / "soak.toml"  # a server that retries soon and gives up after one retry
+    config.write_text("max_attempts = 2\nretry_backoff_s = 0.05\n")
+    pools = [f"--run-workers={in_flight}", "--init-workers=8", "--eval-workers=8"]
+    server = start_node(port, data_dir, base / "server.log", f"--config={config}", *pools)
     url = f"http://127.0.0.1:{port}"
     try:
         if not wait_ready(url, 60):
             raise RuntimeError(f"the server did not become ready (log: {base / 'server.log'})")
         result = _soak(url, server.pid, data_dir, rollouts, in_flight, samples)
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_node(server)
     shutil.rmtree(base, ignore_errors=True)  # kept, with the server's log, when it failed
     return result
 
