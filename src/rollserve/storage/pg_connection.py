@@ -1,6 +1,7 @@
 """The PostgreSQL store's connections: a pool of autocommit connections for the store's
 statements and transactions, the database's clock, NOTIFY, the results feed's ordering lock,
-and a listening connection of its own for the announcements of every node."""
+a listening connection of its own for the announcements of every node; and what is not about
+jobs: the nodes' rows, the inference backends and the models' pauses."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rollserve.errors import StoreUnavailableError
+from rollserve.storage.base import NodeRecord
 from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
 
 log = logging.getLogger(__name__)
@@ -139,6 +141,65 @@ class PgConnection:
             except psycopg.OperationalError as exc:
                 log.warning("store notifications lost (%s); reconnecting", exc)
                 stop.wait(1.0)
+
+    # -- the fleet's nodes, inference backends and pauses -----------------------------------
+
+    def nodes(self) -> list[NodeRecord]:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute("SELECT * FROM nodes ORDER BY started, owner")
+            rows = cur.fetchall()
+        return [
+            NodeRecord(
+                owner=row["owner"],
+                node_id=row["node_id"],
+                info=row["info"],
+                started=row["started"],
+                seen=row["seen"],
+                alive=row["expires"] >= now,
+            )
+            for row in rows
+        ]
+
+    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
+        with self._tx() as cur:
+            now = self._now(cur)
+            cur.execute(
+                "INSERT INTO backends (backend_id, spec, updated) VALUES (%s, %s, %s)"
+                " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
+                " updated = excluded.updated",
+                (backend_id, Jsonb(spec), now),
+            )
+            self._notify(cur, "backends")
+
+    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
+        with self._tx() as cur:
+            if pause is None:
+                cur.execute("DELETE FROM pauses WHERE model = %s", (model,))
+            else:
+                cur.execute(
+                    "INSERT INTO pauses (model, pause, updated) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (model) DO UPDATE SET pause = excluded.pause,"
+                    " updated = excluded.updated",
+                    (model, Jsonb(pause), self._now(cur)),
+                )
+            self._notify(cur, "backends")
+
+    def load_pauses(self) -> dict[str, dict[str, Any]]:
+        rows = self._one("SELECT model, pause FROM pauses", {})
+        return {row["model"]: row["pause"] for row in rows}
+
+    def load_backends(self) -> list[dict[str, Any]]:
+        with self._tx() as cur:
+            cur.execute("SELECT spec FROM backends ORDER BY updated, backend_id")
+            return [row["spec"] for row in cur.fetchall()]
+
+    def delete_backend(self, backend_id: str) -> bool:
+        with self._tx() as cur:
+            cur.execute("DELETE FROM backends WHERE backend_id = %s", (backend_id,))
+            deleted = cur.rowcount > 0
+            self._notify(cur, "backends")
+            return deleted
 
     def close(self) -> None:
         self._pool.close()

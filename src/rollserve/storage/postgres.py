@@ -20,7 +20,6 @@ from rollserve.storage.base import (
     JobRecord,
     JobStatus,
     NewJob,
-    NodeRecord,
     Stage,
     Submitted,
 )
@@ -467,23 +466,6 @@ class PostgresJobStore(PgConnection):
             cur.execute("DELETE FROM nodes WHERE owner = %s", (owner,))
         return [row["job_id"] for row in rows]
 
-    def nodes(self) -> list[NodeRecord]:
-        with self._tx() as cur:
-            now = self._now(cur)
-            cur.execute("SELECT * FROM nodes ORDER BY started, owner")
-            rows = cur.fetchall()
-        return [
-            NodeRecord(
-                owner=row["owner"],
-                node_id=row["node_id"],
-                info=row["info"],
-                started=row["started"],
-                seen=row["seen"],
-                alive=row["expires"] >= now,
-            )
-            for row in rows
-        ]
-
     # -- queue figures and retention --------------------------------------------------------------
 
     def purge(self, finished_before: float) -> int:
@@ -507,45 +489,3 @@ class PostgresJobStore(PgConnection):
         with self._tx() as cur:
             cur.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status")
             return {row["status"]: int(row["n"]) for row in cur.fetchall()}
-
-    # -- inference backends ----------------------------------------------------------------------
-
-    def save_backend(self, backend_id: str, spec: dict[str, Any]) -> None:
-        with self._tx() as cur:
-            now = self._now(cur)
-            cur.execute(
-                "INSERT INTO backends (backend_id, spec, updated) VALUES (%s, %s, %s)"
-                " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
-                " updated = excluded.updated",
-                (backend_id, Jsonb(spec), now),
-            )
-            self._notify(cur, "backends")
-
-    def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
-        with self._tx() as cur:
-            if pause is None:
-                cur.execute("DELETE FROM pauses WHERE model = %s", (model,))
-            else:
-                cur.execute(
-                    "INSERT INTO pauses (model, pause, updated) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (model) DO UPDATE SET pause = excluded.pause,"
-                    " updated = excluded.updated",
-                    (model, Jsonb(pause), self._now(cur)),
-                )
-            self._notify(cur, "backends")
-
-    def load_pauses(self) -> dict[str, dict[str, Any]]:
-        rows = self._one("SELECT model, pause FROM pauses", {})
-        return {row["model"]: row["pause"] for row in rows}
-
-    def load_backends(self) -> list[dict[str, Any]]:
-        with self._tx() as cur:
-            cur.execute("SELECT spec FROM backends ORDER BY updated, backend_id")
-            return [row["spec"] for row in cur.fetchall()]
-
-    def delete_backend(self, backend_id: str) -> bool:
-        with self._tx() as cur:
-            cur.execute("DELETE FROM backends WHERE backend_id = %s", (backend_id,))
-            deleted = cur.rowcount > 0
-            self._notify(cur, "backends")
-            return deleted
