@@ -186,6 +186,13 @@ def test_a_backend_registered_on_one_node_serves_them_all(
         _until(lambda: versions(first) == [], timeout=10)
 
 
+def _one_model_call(job_id: str) -> dict[str, Any]:
+    """A job whose episode is one call of the ``scripted`` model."""
+    task = {"task_id": job_id, "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
+    agent = {"name": "tool", "max_turns": 1}
+    return {"job_id": job_id, "task": task, "model": "scripted", "agent": agent}
+
+
 def test_a_pause_through_one_node_waits_for_the_calls_of_every_node(
     fleet: Callable[..., list[Server]],
 ) -> None:
@@ -194,14 +201,7 @@ def test_a_pause_through_one_node_waits_for_the_calls_of_every_node(
     with ScriptedLLMServer([{"content": "hello"}] * 2, delay_s=8) as llm:
         (runner,) = fleet(1)
         register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
-        task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
-        job = {
-            "job_id": "slow",
-            "task": task,
-            "model": "scripted",
-            "agent": {"name": "tool", "max_turns": 1},
-        }
-        httpx.post(f"{runner.url}/v1/jobs", json=job)
+        httpx.post(f"{runner.url}/v1/jobs", json=_one_model_call("slow"))
         _until(lambda: len(llm.requests) == 1)  # the call is in flight on the runner
         (idle,) = fleet(1)
         state = lambda: httpx.get(f"{idle.url}/v1/llm/models/scripted").json()  # noqa: E731
@@ -229,14 +229,7 @@ def test_a_pause_names_the_nodes_still_running_calls(
         runner, idle = fleet(2, init_workers="1")
         register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
         _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
-        task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
-        job = {
-            "job_id": "slow",
-            "task": task,
-            "model": "scripted",
-            "agent": {"name": "tool", "max_turns": 1},
-        }
-        httpx.post(f"{runner.url}/v1/jobs", json=job)
+        httpx.post(f"{runner.url}/v1/jobs", json=_one_model_call("slow"))
         _until(lambda: len(llm.requests) == 1)
         busy = next(n for n in (runner, idle) if _status(n)["stages"]["run"]["active"] == 1)
         other = idle if busy is runner else runner
