@@ -26,6 +26,7 @@ from rollserve.bench.store import bench_store, store_table
 from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
+from rollserve.cli.learn import learn_cmd
 from rollserve.cli.llm import llm_app
 from rollserve.cli.processes import serve_processes
 from rollserve.cli.serve import announce_when_ready, serve
@@ -250,6 +251,9 @@ def bench_nodes_cmd(
         typer.echo(result.model_dump_json(indent=2))
         return
     Console().print(nodes_table(result))
+
+
+bench_app.command("learn")(learn_cmd)
 
 
 @bench_app.command("soak")

@@ -22,6 +22,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -40,6 +41,8 @@ class RolloutSink(Protocol):
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobView: ...
 
+    def cancel_group(self, group_id: str) -> list[str]: ...
+
 
 class RolloutCall(BaseModel):
     """What one call of the rollout function got back from rollserve (kept for reports)."""
@@ -49,7 +52,8 @@ class RolloutCall(BaseModel):
     rewards: list[float]
     policy_versions: list[list[int | None]] = Field(description="each sample's per-turn versions")
     turns: list[int]
-    seconds: float = Field(description="from submitting the jobs to the last one finished")
+    seconds: float = Field(description="from the call to the last job finished")
+    prefetched: bool = Field(False, description="generated ahead, while the trainer updated")
 
 
 def rollserve_reward(
@@ -87,6 +91,7 @@ class RollserveRollout:
         group_size: int | None = None,
         timeout: float | None = None,
         run_id: str | None = None,
+        prefetch: bool = False,
     ) -> None:
         self.client = client
         self.make_task = make_task
@@ -94,6 +99,9 @@ class RollserveRollout:
         self.agent = AgentConfig.model_validate(agent) if agent is not None else None
         self.sampling = Sampling.model_validate(sampling) if sampling is not None else None
         self.rows = {prompt_key(r["prompt"]): r for r in rows or []}
+        self.order = list(self.rows)  # the rows' keys in the dataset's order
+        self.prefetch = prefetch
+        self._ahead: _Ahead | None = None
         self.group_size = group_size
         self.timeout = timeout
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -103,16 +111,28 @@ class RollserveRollout:
     def __call__(self, prompts: list[Any], trainer: Any = None) -> dict[str, list[Any]]:
         call, started = len(self.calls), time.monotonic()
         run_id = self._shared_run_id(trainer)
-        requests = []
-        group_ids = []
-        for group, members in groups_of(prompts, self._size(trainer), _offset(trainer, prompts)):
-            group_id = f"{run_id}-{call}-{group}"
-            task = self._task(prompts[members[0][0]])
-            for _, sample in members:
-                group_ids.append(group_id)
-                requests.append(self._request(task, group_id, sample))
-        accepted = self.client.submit_batch(list(requests))
-        jobs = [self.client.wait(a.job_id, self.timeout) for a in accepted]
+        size, offset = self._size(trainer), _offset(trainer, prompts)
+        if self.prefetch and offset:
+            raise InvalidInputError(
+                "prefetch predicts the batches of one training process; turn it off with "
+                "several processes",
+                field="prefetch",
+            )
+        ahead, self._ahead = self._ahead, None
+        prefetched = ahead is not None and ahead.prompts == [prompt_key(p) for p in prompts]
+        if ahead is not None and not prefetched:  # a wrong guess: the batch asked for runs now
+            for group_id in dict.fromkeys(ahead.group_ids):
+                self.client.cancel_group(group_id)
+        if ahead is not None and prefetched:
+            job_ids, group_ids = ahead.job_ids, ahead.group_ids
+        else:
+            job_ids, group_ids = self._submit(prompts, size, offset, f"{run_id}-{call}")
+        jobs = [self.client.wait(job_id, self.timeout) for job_id in job_ids]
+        if self.prefetch:
+            following = self._following(prompts)
+            if following:
+                ids, groups = self._submit(following, size, 0, f"{run_id}-{call + 1}a")
+                self._ahead = _Ahead([prompt_key(p) for p in following], ids, groups)
         out: dict[str, list[Any]] = {
             "prompt_ids": [],
             "completion_ids": [],
@@ -143,9 +163,50 @@ class RollserveRollout:
                 policy_versions=versions,
                 turns=turns,
                 seconds=time.monotonic() - started,
+                prefetched=prefetched,
             )
         )
         return out
+
+    def cancel(self) -> None:
+        """Cancel the batch submitted ahead, if any (at the end of training)."""
+        ahead, self._ahead = self._ahead, None
+        for group_id in dict.fromkeys(ahead.group_ids if ahead else []):
+            self.client.cancel_group(group_id)
+
+    def _submit(
+        self, prompts: list[Any], size: int | None, offset: int, prefix: str
+    ) -> tuple[list[str], list[str]]:
+        """Submit one job per prompt; their job ids and group ids."""
+        requests = []
+        group_ids = []
+        for group, members in groups_of(prompts, size, offset):
+            group_id = f"{prefix}-{group}"
+            task = self._task(prompts[members[0][0]])
+            for _, sample in members:
+                group_ids.append(group_id)
+                requests.append(self._request(task, group_id, sample))
+        accepted = self.client.submit_batch(list(requests))
+        return [a.job_id for a in accepted], group_ids
+
+    def _following(self, prompts: list[Any]) -> list[Any]:
+        """The batch after ``prompts`` in the rows' order (the same number of prompts, each
+        repeated as often); empty when ``prompts`` are not rows."""
+        runs: list[tuple[str, int]] = []
+        for prompt in prompts:
+            key = prompt_key(prompt)
+            if runs and runs[-1][0] == key:
+                runs[-1] = (key, runs[-1][1] + 1)
+            else:
+                runs.append((key, 1))
+        if not runs or any(key not in self.rows for key, _ in runs):
+            return []
+        last = self.order.index(runs[-1][0])
+        following = []
+        for step, (_, count) in enumerate(runs, start=1):
+            row = self.rows[self.order[(last + step) % len(self.order)]]
+            following += [row["prompt"]] * count
+        return following
 
     def _shared_run_id(self, trainer: Any) -> str:
         """The run id every training process uses: the main process's, once broadcast."""
@@ -178,6 +239,15 @@ class RollserveRollout:
             sampling=self.sampling,
             model=self.model,
         )
+
+
+@dataclass
+class _Ahead:
+    """A batch submitted before the trainer asked for it."""
+
+    prompts: list[str]
+    job_ids: list[str]
+    group_ids: list[str]
 
 
 def groups_of(

@@ -10,6 +10,7 @@ from rollserve.pipeline.stages import Plugins
 from rollserve.registry import Registry
 from rollserve.tasks.base import TaskHandler
 from rollserve.tasks.code import CodeHandler
+from rollserve.tasks.lookup import LookupHandler
 from rollserve.tasks.math import MathHandler
 from rollserve.tasks.swe import SweHandler
 from rollserve.tasks.swebench import SwebenchHandler
@@ -22,6 +23,7 @@ def default_plugins() -> Plugins:
     handlers.register(CodeHandler.name, CodeHandler())
     handlers.register(SweHandler.name, SweHandler())
     handlers.register(SwebenchHandler.name, SwebenchHandler())
+    handlers.register(LookupHandler.name, LookupHandler())
     parsers = default_parsers()
     agents: Registry[Agent] = Registry("agent")
     agents.register(SubmitAgent.name, SubmitAgent())

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -118,9 +118,14 @@ Of course! The error means the variable was not defined before it was used.
 """
 
 
-def _train_tokenizer() -> Tokenizer:
+def _train_tokenizer(digits: bool) -> Tokenizer:
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if digits:  # each digit its own token, as in Qwen's and Llama 2's tokenizers
+        split = pre_tokenizers.Split(Regex(r"\d"), behavior="isolated")
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
+    else:
+        tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
@@ -132,9 +137,14 @@ def _train_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def build_tiny_model(path: Path, *, seed: int = 0) -> Path:
-    """Write the tiny model (config, weights, tokenizer, chat template) into ``path``."""
-    trained = _train_tokenizer()
+def build_tiny_model(path: Path, *, seed: int = 0, learner: bool = False) -> Path:
+    """Write the tiny model (config, weights, tokenizer, chat template) into ``path``.
+
+    The default's large random weights give peaked next-token distributions, like a trained
+    model's, for tests of the plumbing. ``learner`` builds the variant meant to be trained:
+    small initial weights, input and output embeddings shared, and a tokenizer that gives each
+    digit its own token (a number is then copied digit by digit, one skill for every number)."""
+    trained = _train_tokenizer(digits=learner)
     eos_id, pad_id = trained.token_to_id(EOS_TOKEN), trained.token_to_id(PAD_TOKEN)
     tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=trained,
@@ -151,8 +161,8 @@ def build_tiny_model(path: Path, *, seed: int = 0) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=MAX_LENGTH,
-        tie_word_embeddings=False,
-        initializer_range=0.3,  # peaked next-token distributions, like a trained model's
+        tie_word_embeddings=learner,
+        initializer_range=0.02 if learner else 0.3,
         bos_token_id=None,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
@@ -169,9 +179,9 @@ def build_tiny_model(path: Path, *, seed: int = 0) -> Path:
     return path
 
 
-def tiny_model_dir(cache: Path, *, seed: int = 0) -> Path:
+def tiny_model_dir(cache: Path, *, seed: int = 0, learner: bool = False) -> Path:
     """The tiny model under ``cache``: built once, then reused (a marker file says complete)."""
-    target = cache / f"tiny-llama-seed{seed}"
+    target = cache / f"tiny-llama-seed{seed}{'-learner' if learner else ''}"
     marker = target / "rollserve-tiny.json"
     if marker.is_file():
         return target
@@ -180,8 +190,8 @@ def tiny_model_dir(cache: Path, *, seed: int = 0) -> Path:
     # half-written directory behind the marker.
     staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=cache))
     try:
-        build_tiny_model(staging, seed=seed)
-        (staging / marker.name).write_text(json.dumps({"seed": seed}))
+        build_tiny_model(staging, seed=seed, learner=learner)
+        (staging / marker.name).write_text(json.dumps({"seed": seed, "learner": learner}))
         try:
             staging.rename(target)
         except OSError:
