@@ -12,7 +12,7 @@ import pytest
 
 from rollserve.agents.tools import Toolbox
 from rollserve.bench.learn_policy import observation
-from rollserve.bench.learn_tasks import FILES, instances, split_numbers
+from rollserve.bench.learn_tasks import FILES, SECRET, instances, split_numbers
 from rollserve.errors import InvalidInputError
 from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox import SandboxManager, spec_for
@@ -76,7 +76,7 @@ async def test_the_files_are_in_the_workspace_and_cat_shows_what_the_warm_start_
     try:
         await LookupHandler().prepare(task(), box)
         seen = await toolbox.call(ToolCall("bash", {"command": "cat red.txt"}, "call_0"))
-        assert seen.output == observation(602)
+        assert seen.output == observation("602\n")
         deep = await toolbox.call(ToolCall("bash", {"command": "cat notes/deep.txt"}, "call_1"))
         assert deep.output == "x\n[exit code 0]"
     finally:
@@ -94,9 +94,11 @@ def test_the_bench_family_splits_share_no_number_and_no_case() -> None:
         pool = set(split_numbers(split))  # type: ignore[arg-type]
         for instance in group:
             assert set(instance.numbers.values()) <= pool
-            assert len(set(instance.numbers.values())) == len(FILES)  # a wrong file is wrong
+            files = instance.task()["files"]
+            assert set(files) == {f"{name}.txt" for name in (SECRET, *FILES)}
+            assert len(set(files.values())) == len(files)  # a wrong file holds a wrong number
+            assert files[f"{SECRET}.txt"] == f"{instance.answer}\n"
             LookupHandler().validate(Task.model_validate(instance.task()))
-    # Every file is asked about equally often.
-    asked = [i.target for i in heldout]
-    assert {asked.count(name) for name in FILES} == {len(heldout) // len(FILES)}
+    # The secret differs between instances: only reading it in the sandbox finds it.
+    assert len({i.answer for i in heldout}) > len(heldout) // 2
     assert instances("heldout", 64, 0) == heldout  # the same seed, the same instances

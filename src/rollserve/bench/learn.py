@@ -11,6 +11,7 @@ training) is measured before training, every few steps and at the end."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -66,15 +67,29 @@ def bench_learn(
 ) -> LearnResult:
     """Warm-start the policy, then train it once per mode; the figures, a plot and the JSON
     go into ``out``."""
-    from rollserve.bench.learn_policy import warm_start
+    from rollserve.bench.learn_policy import WarmStart, warm_start
     from rollserve.bench.learn_run import train_run
     from rollserve.testing.tiny_model import build_tiny_model
 
     began = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="rollserve-learn-"))
-    policy = build_tiny_model(base / "policy", seed=plan.seed, learner=True)
-    warm = warm_start(policy, copy_steps=copy_steps, steps=warm_steps, seed=plan.seed)
+    policy = out / "warm-policy"  # kept: a later bench with the same warm start reuses it
+    made = {
+        "seed": plan.seed,
+        "copy_steps": copy_steps,
+        "warm_steps": warm_steps,
+        "recipe": _recipe(),  # the code that builds the policy: a change rebuilds it
+    }
+    marker = policy / "warm-start.json"
+    kept = json.loads(marker.read_text()) if marker.is_file() else {}
+    if kept.get("made") == made:
+        warm = WarmStart(**kept["warm"])
+    else:
+        shutil.rmtree(policy, ignore_errors=True)
+        build_tiny_model(policy, seed=plan.seed, learner=True)
+        warm = warm_start(policy, copy_steps=copy_steps, steps=warm_steps, seed=plan.seed)
+        marker.write_text(json.dumps({"made": made, "warm": warm.__dict__}))
     train = instances("train", plan.steps * plan.prompts, plan.seed)
     held = instances("heldout", heldout, plan.seed)
     port = free_port()
@@ -114,6 +129,16 @@ def bench_learn(
     (out / "learn.json").write_text(result.model_dump_json(indent=2))
     shutil.rmtree(base, ignore_errors=True)
     return result
+
+
+def _recipe() -> str:
+    from rollserve.bench import learn_policy, learn_tasks
+    from rollserve.testing import tiny_model
+
+    digest = hashlib.sha256()
+    for module in (learn_policy, learn_tasks, tiny_model):
+        digest.update(Path(str(module.__file__)).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _describe(policy: Path) -> dict[str, object]:

@@ -16,6 +16,8 @@ class LearnPlan(BaseModel):
     prompts: int  # per step
     generations: int  # per prompt (a GRPO group)
     lr: float
+    adam_eps: float  # large: parameters with small, noisy gradients move little
+    beta: float  # the KL penalty toward the starting policy
     seed: int
     eval_every: int
 

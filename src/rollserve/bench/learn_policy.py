@@ -2,15 +2,15 @@
 imitation before reinforcement learning, as an instruct model knows its tools before it is
 trained on a task.
 
-The imitation episodes are those of an agent that ``cat``s one of the eight files *at random*
-(whatever the question asks) and then submits the number it read. They come after a short
-curriculum on the copy alone (a command's output, then the submit call that repeats it, after a
-filler of prompt words): copying is found far sooner in short snippets than across a whole
-episode, and carries over to it. So the starting policy knows
-how to call ``bash`` and ``submit`` and to copy what a command printed, but not which file
-answers the question: it scores about 1 in 8. Learning which file to read is left to the
-reinforcement learning. The episodes are rendered with rollserve's own chat-template
-accounting, token for token as the tool agent will show them to the model."""
+The imitation episodes are those of a *random reader*: it ``cat``s one of the thirteen files at
+random, whatever the question says, then submits the number it read. So the starting policy
+knows how to call ``bash`` and ``submit`` and to copy a number a command printed, but not which
+file to read: it scores about one in thirteen. Learning to read ``answer.txt`` is left to the
+reinforcement learning. The episodes come after a short curriculum on the copy alone (a
+command's output, then the submit call that repeats it, after a filler of prompt words):
+copying is found far sooner in short snippets than across a whole episode, and carries over to
+it. Everything is rendered with rollserve's own chat-template accounting, token for token as
+the tool agent shows it to the model."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rollserve.agents.tools import tool_schemas
-from rollserve.bench.learn_tasks import FILES, LookupInstance, instances, split_numbers
+from rollserve.bench.learn_tasks import FILES, SECRET, LookupInstance, instances
 from rollserve.llm.templates import ChatTemplate
 from rollserve.tasks.lookup import SYSTEM_PROMPT
 
@@ -34,14 +34,15 @@ TOOLS = ["bash", "submit"]
 
 @dataclass
 class WarmStart:
-    """What the imitation phase did, and how well the result follows the format."""
+    """What the imitation phase did, and how the result behaves (sampled, temperature 1)."""
 
     copy_steps: int
     steps: int
     seconds: float
     final_loss: float
-    format_ok: float  # share of sampled episodes whose two calls parse and read a file
-    copy_ok: float  # share of those whose submitted answer is the number the file held
+    reward: float  # share of sampled episodes that submit the secret
+    reads_secret: float  # share whose command reads answer.txt
+    copies: float  # of episodes that read a file, the share that submit its number
 
 
 def call_text(name: str, arguments: dict[str, Any]) -> str:
@@ -50,13 +51,20 @@ def call_text(name: str, arguments: dict[str, Any]) -> str:
     return f"<tool_call>\n{body}\n</tool_call><|im_end|>"
 
 
-def observation(number: int) -> str:
-    """What the bash tool answers to ``cat`` of a file holding ``number``."""
-    return f"{number}\n[exit code 0]"
+def observation(text: str) -> str:
+    """What the bash tool answers to ``cat`` of a file holding ``text``."""
+    return f"{text.rstrip(chr(10))}\n[exit code 0]"
+
+
+def read_call(name: str) -> str:
+    return call_text("bash", {"command": f"cat {name}.txt"})
+
+
+Episode = tuple[list[int], list[int]]  # token ids, loss mask (1 on the model's turns)
 
 
 class EpisodeRenderer:
-    """Episodes of the random reader as token ids with a loss mask (1 on the model's turns)."""
+    """Episodes of the random reader as token ids with a loss mask."""
 
     def __init__(self, model_dir: Path) -> None:
         self.template = ChatTemplate(str(model_dir))
@@ -74,27 +82,29 @@ class EpisodeRenderer:
         ]
         return self.template.prompt_ids(messages, self.tools)
 
-    def after_read(self, first_turn: list[int], number: int) -> list[int]:
-        message = {"role": "tool", "name": "bash", "content": observation(number)}
-        return self.template.suffix_ids([message], self.tools, generated_tail=first_turn)
+    def after(self, turn: list[int], printed: str) -> list[int]:
+        """The tokens between a ``cat`` call and the next turn: what it printed."""
+        message = {"role": "tool", "name": "bash", "content": observation(printed)}
+        return self.template.suffix_ids([message], self.tools, generated_tail=turn)
 
-    def snippet(self, rng: random.Random, number: int) -> tuple[list[int], list[int]]:
-        """A command's output and the submit call that repeats it, after a filler of words
-        of the prompt (no digits), as token ids with a loss mask on the call."""
+    def snippet(self, rng: random.Random, instance: LookupInstance) -> Episode:
+        """The copy alone, after a filler of prompt words (no digits): a number read, then the
+        submit call that repeats it."""
         filler = [rng.choice(self.words) for _ in range(rng.randint(0, 40))]
-        first = self.template.encode(call_text("bash", {"command": "cat a.txt"}))
-        context = filler + self.after_read(first, number)
-        call = self.template.encode(call_text("submit", {"answer": str(number)}))
+        number = instance.answer
+        context = filler + self.after(self.template.encode(read_call(rng.choice(FILES))), number)
+        call = self.template.encode(call_text("submit", {"answer": number}))
         return context + call, [0] * len(context) + [1] * len(call)
 
-    def episode(self, instance: LookupInstance, read: str) -> tuple[list[int], list[int]]:
-        number = instance.numbers[read]
+    def episode(self, instance: LookupInstance, read: str) -> Episode:
+        """The reader's episode when it reads ``read``."""
         prompt = self.prompt(instance)
-        first = self.template.encode(call_text("bash", {"command": f"cat {read}.txt"}))
-        middle = self.after_read(first, number)
-        second = self.template.encode(call_text("submit", {"answer": str(number)}))
-        ids = prompt + first + middle + second
-        mask = [0] * len(prompt) + [1] * len(first) + [0] * len(middle) + [1] * len(second)
+        first = self.template.encode(read_call(read))
+        between = self.after(first, instance.content(read))
+        answer = instance.content(read).strip()
+        last = self.template.encode(call_text("submit", {"answer": answer}))
+        ids = prompt + first + between + last
+        mask = [0] * len(prompt) + [1] * len(first) + [0] * len(between) + [1] * len(last)
         return ids, mask
 
 
@@ -115,14 +125,14 @@ def warm_start(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(f"warm-{seed}")
     pool = instances("train", 512, seed)
-    numbers = split_numbers("train")
     pad = int(model.config.pad_token_id or 0)
     started, loss_value = time.monotonic(), float("nan")
     for step in range(copy_steps + steps):
         if step < copy_steps:
-            episodes = [renderer.snippet(rng, rng.choice(numbers)) for _ in range(2 * batch)]
+            episodes = [renderer.snippet(rng, rng.choice(pool)) for _ in range(2 * batch)]
         else:
-            episodes = [renderer.episode(rng.choice(pool), rng.choice(FILES)) for _ in range(batch)]
+            names = (SECRET, *FILES)
+            episodes = [renderer.episode(rng.choice(pool), rng.choice(names)) for _ in range(batch)]
         loss = _loss(model, episodes, pad)
         optimizer.zero_grad()
         loss.backward()
@@ -132,11 +142,11 @@ def warm_start(
     seconds = time.monotonic() - started
     model.train(False)
     model.save_pretrained(model_dir)
-    format_ok, copy_ok = follows_format(model, renderer, instances("train", 32, seed + 1))
-    return WarmStart(copy_steps, steps, round(seconds, 2), round(loss_value, 4), format_ok, copy_ok)
+    behaviour = explore(model, renderer, instances("train", 48, seed + 1))
+    return WarmStart(copy_steps, steps, round(seconds, 2), round(loss_value, 4), *behaviour)
 
 
-def _loss(model: PreTrainedModel, episodes: list[tuple[list[int], list[int]]], pad: int) -> Any:
+def _loss(model: PreTrainedModel, episodes: list[Episode], pad: int) -> Any:
     width = max(len(ids) for ids, _ in episodes)
     ids = torch.full((len(episodes), width), pad, dtype=torch.long)
     labels = torch.full((len(episodes), width), -100, dtype=torch.long)
@@ -149,26 +159,32 @@ def _loss(model: PreTrainedModel, episodes: list[tuple[list[int], list[int]]], p
     return model(input_ids=ids, attention_mask=attention, labels=labels).loss
 
 
-def follows_format(
+def explore(
     model: PreTrainedModel, renderer: EpisodeRenderer, sample: list[LookupInstance]
-) -> tuple[float, float]:
-    """Sample both turns of each instance (temperature 1): the share whose calls parse and
-    read a file, and the share of those that submit the number read."""
+) -> tuple[float, float, float]:
+    """Play each instance with the model (temperature 1, at most two turns, the files as
+    ``cat`` shows them): the share rewarded, the share that read ``answer.txt``, and the share
+    of reads whose number is then submitted."""
     generator = torch.Generator().manual_seed(0)
-    parsed = copied = 0
+    rewarded = secret = reads = copies = 0
     for instance in sample:
         prompt = renderer.prompt(instance)
         first = _sample(model, prompt, generator)
-        command = _arguments(renderer.template.decode(first)).get("command", "")
-        read = command.removeprefix("cat ").removesuffix(".txt")
-        if read not in instance.numbers:
+        command = str(_arguments(renderer.template.decode(first)).get("command", ""))
+        name = command.removeprefix("cat ").removesuffix(".txt")
+        if name not in instance.numbers:
             continue
-        parsed += 1
-        context = prompt + first + renderer.after_read(first, instance.numbers[read])
-        second = _sample(model, context, generator)
-        answer = _arguments(renderer.template.decode(second)).get("answer")
-        copied += answer == str(instance.numbers[read])
-    return round(parsed / len(sample), 3), round(copied / max(parsed, 1), 3)
+        reads += 1
+        secret += name == SECRET
+        context = prompt + first + renderer.after(first, instance.content(name))
+        answer = _arguments(renderer.template.decode(_sample(model, context, generator)))
+        copies += answer.get("answer") == instance.content(name).strip()
+        rewarded += answer.get("answer") == instance.answer
+    return (
+        round(rewarded / len(sample), 3),
+        round(secret / len(sample), 3),
+        round(copies / max(reads, 1), 3),
+    )
 
 
 def _sample(model: PreTrainedModel, prompt: list[int], generator: torch.Generator) -> list[int]:

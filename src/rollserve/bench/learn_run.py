@@ -9,6 +9,7 @@ next batch while the trainer updates (``RollserveRollout(prefetch=True)``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -29,7 +30,7 @@ from rollserve.ports import free_port
 from rollserve.schema.backends import BackendSpec
 from rollserve.schema.jobs import JobRequest
 
-AGENT = {"name": "tool", "max_turns": 3}
+AGENT = {"name": "tool", "max_turns": 2}
 TURN_TOKENS = 40
 
 
@@ -146,7 +147,9 @@ def train_run(
                 num_generations=plan.generations,
                 max_steps=plan.steps,
                 learning_rate=plan.lr,
-                beta=0.0,
+                lr_scheduler_type="constant",
+                adam_epsilon=plan.adam_eps,
+                beta=plan.beta,
                 temperature=1.0,
                 max_completion_length=256,
                 shuffle_dataset=False,
@@ -171,7 +174,8 @@ def train_run(
                     callbacks=[sync],
                 )
             try:
-                trainer.train()
+                with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs
+                    trainer.train()
             finally:
                 rollout.cancel()
             client.remove_backend(name)

@@ -1,9 +1,11 @@
 """The task family ``rollserve bench learn`` trains on: ``lookup`` tasks whose workspace holds
-eight files, each with a random number, and whose question asks for the number in one of them.
+thirteen files, each with a number: the secret in ``answer.txt``, decoys in the twelve others.
 
-The answer exists only in the sandbox, so a policy that does not run a command there cannot
-score; reading a wrong file gives a wrong number. Training and held-out instances draw their
-numbers from disjoint sets, so no held-out answer is ever seen in training."""
+The answer exists only in the sandbox (a number drawn for each instance), so a policy that does
+not run commands there cannot score, and a file read at random is the right one time in
+thirteen. What pays is a two-turn strategy: read ``answer.txt``, submit the number it holds.
+Training and held-out instances draw their numbers from disjoint sets, so no held-out answer is
+ever seen in training."""
 
 from __future__ import annotations
 
@@ -12,8 +14,14 @@ import string
 from dataclasses import dataclass
 from typing import Any, Literal
 
-FILES = ("red", "blue", "green", "gold", "gray", "pink", "teal", "plum")
-QUESTION = "Case {case}: what number is written in the file {name}.txt?"
+# Each name is one token of the tiny model's tokenizer (after a space), so choosing the file to
+# read is one token's choice.
+FILES = (
+    "brown", "lazy", "quick", "world", "main", "setup",
+    "course", "step", "brief", "jumps", "over", "again",
+)  # fmt: skip
+SECRET = "answer"
+QUESTION = "Case {case}: what is the secret number? It is written in the file answer.txt."
 NUMBERS = range(100, 1000)
 
 Split = Literal["train", "heldout"]
@@ -21,22 +29,25 @@ Split = Literal["train", "heldout"]
 
 @dataclass(frozen=True)
 class LookupInstance:
-    """One task instance: a numbered file per name; the question names one of them."""
+    """One task instance: a distinct number in each file, the secret in ``answer.txt``."""
 
     case: str
-    target: str
     numbers: dict[str, int]
 
     @property
     def prompt(self) -> str:
-        return QUESTION.format(case=self.case, name=self.target)
+        return QUESTION.format(case=self.case)
 
     @property
     def answer(self) -> str:
-        return str(self.numbers[self.target])
+        return str(self.numbers[SECRET])
+
+    def content(self, name: str) -> str:
+        """What ``cat NAME.txt`` prints in this instance's workspace."""
+        return f"{self.numbers[name]}\n"
 
     def files(self) -> dict[str, str]:
-        return {f"{name}.txt": f"{number}\n" for name, number in self.numbers.items()}
+        return {f"{name}.txt": self.content(name) for name in self.numbers}
 
     def task(self) -> dict[str, Any]:
         """The rollserve task (kind ``lookup``)."""
@@ -50,8 +61,8 @@ class LookupInstance:
 
 
 def split_numbers(split: Split) -> list[int]:
-    """The numbers of a split: the two halves of a fixed shuffle of 100 to 999, so that both use
-    every digit (a token) and share no number."""
+    """The numbers of a split: the two halves of a fixed shuffle of 100 to 999, so that both
+    use every digit (a token) and share no number."""
     numbers = list(NUMBERS)
     random.Random("lookup-numbers").shuffle(numbers)
     half = len(numbers) // 2
@@ -59,19 +70,19 @@ def split_numbers(split: Split) -> list[int]:
 
 
 def instances(split: Split, count: int, seed: int) -> list[LookupInstance]:
-    """``count`` instances of ``split``; each file name is asked about equally often (in turn),
-    and every case name is unique across both splits for a seed."""
+    """``count`` instances of ``split``; every case name is unique across both splits for a
+    seed."""
     rng = random.Random(f"{seed}-{split}")
     pool = split_numbers(split)
     out, cases = [], set()
-    for index in range(count):
-        numbers = dict(zip(FILES, rng.sample(pool, len(FILES)), strict=True))
+    names = (SECRET, *FILES)
+    for _ in range(count):
+        numbers = dict(zip(names, rng.sample(pool, len(names)), strict=True))
         case = ""
         while not case or case in cases:
             case = f"{'t' if split == 'train' else 'h'}{_letters(rng, 3)}"
         cases.add(case)
-        out.append(LookupInstance(case=case, target=FILES[index % len(FILES)], numbers=numbers))
-    rng.shuffle(out)
+        out.append(LookupInstance(case=case, numbers=numbers))
     return out
 
 

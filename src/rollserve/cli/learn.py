@@ -26,6 +26,12 @@ def learn_cmd(
         int, typer.Option("--generations", min=2, help="samples per task (a GRPO group)")
     ] = 8,
     lr: Annotated[float, typer.Option("--lr", min=0.0, help="learning rate")] = 2e-3,
+    adam_eps: Annotated[
+        float, typer.Option("--adam-eps", min=0.0, help="Adam's epsilon (a large one calms noise)")
+    ] = 1e-3,
+    beta: Annotated[
+        float, typer.Option("--beta", min=0.0, help="KL penalty toward the starting policy")
+    ] = 0.04,
     eval_every: Annotated[
         int, typer.Option("--eval-every", min=1, help="steps between held-out evaluations")
     ] = 5,
@@ -52,6 +58,8 @@ def learn_cmd(
         prompts=prompts,
         generations=generations,
         lr=lr,
+        adam_eps=adam_eps,
+        beta=beta,
         seed=seed,
         eval_every=eval_every,
     )
