@@ -37,7 +37,8 @@ class CurvePoint(BaseModel):
 
 
 class LearnResult(BaseModel):
-    """The bench's figures; the top-level curve and held-out rewards are the main run's."""
+    """The bench's figures; the top-level curve and held-out rewards are the main run's (the
+    first mode run)."""
 
     main: Mode
     heldout_before: float
@@ -104,7 +105,7 @@ def bench_learn(
             runs.append(train_run(mode, plan, url, policy, base / mode, train, held))
     finally:
         stop_node(server)
-    main = next((r for r in runs if r.mode == "decoupled"), runs[0])
+    main = runs[0]
     step_s = {r.mode: r.step_s for r in runs}
     result = LearnResult(
         main=main.mode,

@@ -20,6 +20,7 @@ class LearnPlan(BaseModel):
     beta: float  # the KL penalty toward the starting policy
     seed: int
     eval_every: int
+    decoupled_threads: int  # the trainer's torch threads when rollouts run beside its updates
 
 
 class StepFigures(BaseModel):
@@ -40,6 +41,7 @@ class RunFigures(BaseModel):
     """One run: its held-out rewards, its steps and its times."""
 
     mode: Mode
+    trainer_threads: int
     heldout_before: float
     heldout_after: float
     steps: list[StepFigures]

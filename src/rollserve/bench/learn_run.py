@@ -34,6 +34,23 @@ AGENT = {"name": "tool", "max_turns": 2}
 TURN_TOKENS = 40
 
 
+def behaviour_clipped(trainer_class: Any) -> Any:
+    """``GRPOTrainer`` whose PPO ratio is taken against the policy that generated each token
+    (the logprobs rollserve returns), not against the weights being trained: a batch generated
+    one update earlier (decoupled) is then clipped as PPO clips off-policy tokens, instead of
+    counting as on-policy. For a batch of the current weights the ratio is 1, as before."""
+
+    class BehaviourClipped(trainer_class):  # type: ignore[misc]
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            output = super()._generate_and_score_completions(inputs)
+            behaviour = output.get("sampling_per_token_logps")
+            if behaviour is not None and output.get("old_per_token_logps") is None:
+                output["old_per_token_logps"] = behaviour
+            return output
+
+    return BehaviourClipped
+
+
 def policy_server(model_dir: Path, name: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     """``rollserve llm serve`` for the policy (one CPU thread), and its URL."""
     port = free_port()
@@ -95,6 +112,27 @@ def train_run(
 ) -> RunFigures:
     """Train a copy of ``policy`` in ``mode``; the figures of the run."""
     import torch
+
+    work.mkdir(parents=True)
+    threads = torch.get_num_threads()
+    if mode == "decoupled":  # leave the other cores to the rollouts that run meanwhile
+        torch.set_num_threads(min(threads, plan.decoupled_threads))
+    try:
+        return _train(mode, plan, url, policy, work, train, heldout)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(
+    mode: Mode,
+    plan: LearnPlan,
+    url: str,
+    policy: Path,
+    work: Path,
+    train: list[LookupInstance],
+    heldout: list[LookupInstance],
+) -> RunFigures:
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.grpo_config import GRPOConfig
@@ -102,7 +140,6 @@ def train_run(
 
     from rollserve.bench.learn_sync import WeightSync
 
-    work.mkdir(parents=True)
     model_dir = work / "policy"
     shutil.copytree(policy, model_dir)
     name = f"policy-{mode}"
@@ -164,7 +201,7 @@ def train_run(
             model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*experimental feature.*")
-                trainer = GRPOTrainer(
+                trainer = behaviour_clipped(GRPOTrainer)(
                     model=model,
                     processing_class=AutoTokenizer.from_pretrained(model_dir),
                     reward_funcs=[rollserve_reward],
@@ -187,6 +224,7 @@ def train_run(
     plain = [s.step_s for s in steps[1:] if steps[s.step - 2].heldout_reward is None]
     return RunFigures(
         mode=mode,
+        trainer_threads=torch.get_num_threads(),
         heldout_before=before,
         heldout_after=sync.heldout[-1][1] if sync.heldout else before,
         steps=steps,

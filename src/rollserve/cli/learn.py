@@ -43,8 +43,17 @@ def learn_cmd(
         int, typer.Option("--warm-steps", min=0, help="warm start: batches of episodes")
     ] = 300,
     mode: Annotated[
-        list[str] | None, typer.Option("--mode", help="synchronous and/or decoupled (both)")
+        list[str] | None,
+        typer.Option(
+            "--mode", help="synchronous and/or decoupled, in this order (the first is the main run)"
+        ),
     ] = None,
+    decoupled_threads: Annotated[
+        int,
+        typer.Option(
+            "--decoupled-threads", min=1, help="the trainer's torch threads in the decoupled run"
+        ),
+    ] = 1,
     seed: Annotated[int, typer.Option("--seed", help="tasks, weights and sampling")] = 0,
 ) -> None:
     """Train through rollserve and measure the held-out reward; synchronous vs decoupled."""
@@ -62,6 +71,7 @@ def learn_cmd(
         beta=beta,
         seed=seed,
         eval_every=eval_every,
+        decoupled_threads=decoupled_threads,
     )
     result = bench_learn(
         plan,
