@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from transformers import TrainerCallback
 
-from rollserve.bench.learn_figures import StepFigures
+from rollserve.bench.learn_figures import LearnPlan, StepFigures
 from rollserve.client import RolloutClient
 from rollserve.client.trl import RolloutCall
 
@@ -30,7 +30,7 @@ class WeightSync(TrainerCallback):
         model: str,
         server_url: str,
         weights: Path,
-        plan: Any,
+        plan: LearnPlan,
         evaluate: Callable[[int], float],
     ) -> None:
         self.client, self.model, self.server_url = client, model, server_url
@@ -88,7 +88,9 @@ class WeightSync(TrainerCallback):
                 timeout=120,
             )
             answer.raise_for_status()
-        finally:
-            self.client.resume_model(self.model, policy_version=step)
+        except httpx.HTTPError:
+            self.client.resume_model(self.model)  # the old weights, under their old version
+            raise
+        self.client.resume_model(self.model, policy_version=step)
         previous = self.weights / f"step-{step - 1}"
         shutil.rmtree(previous, ignore_errors=True)

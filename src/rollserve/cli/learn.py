@@ -45,7 +45,7 @@ def learn_cmd(
     mode: Annotated[
         list[str] | None,
         typer.Option(
-            "--mode", help="synchronous and/or decoupled, in this order (the first is the main run)"
+            "--mode", help="decoupled and/or synchronous, in this order (the first: the main run)"
         ),
     ] = None,
     decoupled_threads: Annotated[
@@ -58,7 +58,7 @@ def learn_cmd(
 ) -> None:
     """Train through rollserve and measure the held-out reward; synchronous vs decoupled."""
     modes: list[Mode] = []
-    for name in mode or ["synchronous", "decoupled"]:
+    for name in mode or ["decoupled", "synchronous"]:
         if name not in ("synchronous", "decoupled"):
             raise typer.BadParameter(f"{name!r}: the modes are synchronous and decoupled")
         modes.append("synchronous" if name == "synchronous" else "decoupled")
