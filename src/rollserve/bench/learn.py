@@ -69,7 +69,7 @@ def bench_learn(
     """Warm-start the policy, then train it once per mode; the figures, a plot and the JSON
     go into ``out``."""
     from rollserve.bench.learn_policy import WarmStart, warm_start
-    from rollserve.bench.learn_run import train_run
+    from rollserve.bench.learn_run import train_run, trainer_threads
     from rollserve.testing.tiny_model import build_tiny_model
 
     began = time.monotonic()
@@ -102,7 +102,8 @@ def bench_learn(
         if not wait_ready(url, 60):
             raise RuntimeError(f"rollserve serve did not become ready (log: {out})")
         for mode in modes:
-            runs.append(train_run(mode, plan, url, policy, base / mode, train, held))
+            with trainer_threads(mode, plan):
+                runs.append(train_run(mode, plan, url, policy, base / mode, train, held))
     finally:
         stop_node(server)
     main = runs[0]

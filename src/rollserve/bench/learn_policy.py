@@ -27,6 +27,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel
 from rollserve.agents.tools import tool_schemas
 from rollserve.bench.learn_tasks import FILES, SECRET, LookupInstance, instances
 from rollserve.llm.templates import ChatTemplate
+from rollserve.llm.toolcalls import HermesParser
 from rollserve.tasks.lookup import SYSTEM_PROMPT
 
 TOOLS = ["bash", "submit"]
@@ -201,10 +202,7 @@ def _sample(model: PreTrainedModel, prompt: list[int], generator: torch.Generato
 
 
 def _arguments(text: str) -> dict[str, Any]:
-    start, stop = text.find("{"), text.rfind("}")
-    try:
-        call = json.loads(text[start : stop + 1])
-    except ValueError:
-        return {}
-    arguments = call.get("arguments") if isinstance(call, dict) else None
-    return arguments if isinstance(arguments, dict) else {}
+    """The first tool call's arguments, read by the tool agent's own parser (empty when the
+    turn has no well-formed call)."""
+    parsed = HermesParser().parse(text.removesuffix("<|im_end|>"))
+    return parsed.calls[0].arguments if parsed.calls else {}

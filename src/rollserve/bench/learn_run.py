@@ -10,13 +10,13 @@ next batch while the trainer updates (``RollserveRollout(prefetch=True)``)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +56,9 @@ def policy_server(model_dir: Path, name: str, log: Path) -> tuple[subprocess.Pop
     port = free_port()
     command = [sys.executable, "-m", "rollserve.cli.app", "llm", "serve", "--model"]
     command += [str(model_dir), "--port", str(port), "--served-model-name", name]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command += ["--threads", "1"]
     with open(log, "wb") as stderr:
-        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=env)
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -101,6 +101,21 @@ def heldout_reward(
     return round(sum(rewards) / len(rewards), 4)
 
 
+@contextlib.contextmanager
+def trainer_threads(mode: Mode, plan: LearnPlan) -> Iterator[int]:
+    """The trainer's torch threads for a run of ``mode``: the decoupled run leaves the other
+    cores to the rollouts that run beside its updates. Restored afterwards."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if mode == "decoupled":
+        torch.set_num_threads(min(threads, plan.decoupled_threads))
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(threads)
+
+
 def train_run(
     mode: Mode,
     plan: LearnPlan,
@@ -112,27 +127,6 @@ def train_run(
 ) -> RunFigures:
     """Train a copy of ``policy`` in ``mode``; the figures of the run."""
     import torch
-
-    work.mkdir(parents=True)
-    threads = torch.get_num_threads()
-    if mode == "decoupled":  # leave the other cores to the rollouts that run meanwhile
-        torch.set_num_threads(min(threads, plan.decoupled_threads))
-    try:
-        return _train(mode, plan, url, policy, work, train, heldout)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train(
-    mode: Mode,
-    plan: LearnPlan,
-    url: str,
-    policy: Path,
-    work: Path,
-    train: list[LookupInstance],
-    heldout: list[LookupInstance],
-) -> RunFigures:
-    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl.trainer.grpo_config import GRPOConfig
@@ -140,6 +134,7 @@ def _train(
 
     from rollserve.bench.learn_sync import WeightSync
 
+    work.mkdir(parents=True)
     model_dir = work / "policy"
     shutil.copytree(policy, model_dir)
     name = f"policy-{mode}"

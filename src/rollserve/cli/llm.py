@@ -25,9 +25,16 @@ def serve_cmd(
     gguf_file: Annotated[
         str | None, typer.Option("--gguf-file", help="GGUF file name inside --model")
     ] = None,
+    threads: Annotated[
+        int | None, typer.Option("--threads", min=1, help="torch threads (default: torch's)")
+    ] = None,
 ) -> None:
     """Serve /v1/completions, /v1/chat/completions, /v1/models and SGLang's /generate."""
+    import torch
     import uvicorn
+
+    if threads is not None:
+        torch.set_num_threads(threads)
 
     from rollserve.llm.engine import LocalEngine
     from rollserve.llm.server import create_llm_app
