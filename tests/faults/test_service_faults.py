@@ -231,7 +231,9 @@ def assert_settled(server: Server, http: httpx.Client, job_ids: list[str]) -> No
 def test_sandbox_killed_mid_command_is_retried_or_failed_never_scored(
     start_server: Callable[..., Server],
 ) -> None:
-    server = start_server(max_attempts="2")
+    # Leases long enough that a busy machine's late heartbeat never spends an attempt: each of
+    # the two attempts here must be one the test kills.
+    server = start_server(max_attempts="2", lease_s="10")
     jobs = [
         script_job("once", "sleep 2.017"),  # killed on its first attempt only
         script_job("always", "sleep 2.023"),  # killed on every attempt
@@ -241,6 +243,8 @@ def test_sandbox_killed_mid_command_is_retried_or_failed_never_scored(
         assert http.post("/v1/jobs/batch", json={"jobs": jobs}).status_code == 202
         assert kill_sandbox_running(server.data_dir, "sleep 2.017") >= 2
         assert kill_sandbox_running(server.data_dir, "sleep 2.023") >= 2
+        retried = http.get("/v1/jobs/always").json()
+        assert retried["status"] != "failed", f"no attempt left for a retry: {retried}"
         assert kill_sandbox_running(server.data_dir, "sleep 2.023") >= 2  # its retry
         views = wait_ended(http, ["once", "always", "calm"])
 
@@ -275,7 +279,7 @@ def code_job(job_id: str) -> dict[str, Any]:
 def test_eval_sandbox_killed_mid_evaluation_is_retried_not_scored_zero(
     start_server: Callable[..., Server],
 ) -> None:
-    server = start_server(max_attempts="2")
+    server = start_server(max_attempts="2", lease_s="10")
     # The hidden tests run as "python3 -c RUNNER solution.py rollserve-tests-done-…".
     running_tests = "rollserve-tests-done-"
     with httpx.Client(base_url=server.url, timeout=90) as http:

@@ -49,12 +49,17 @@ class BwrapBackend:
                 False,
                 f"{self.settings.bwrap_binary!r} not found on PATH (apt-get install bubblewrap)",
             )
-        probe = subprocess.run(
-            [binary, "--unshare-all", "--ro-bind", "/", "/", "true"],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        # The probe binds / recursively: a mount under it that vanishes mid-bind (another
+        # sandbox's workspace going away) fails one try, not the host, so it tries again.
+        for _ in range(3):
+            probe = subprocess.run(
+                [binary, "--unshare-all", "--ro-bind", "/", "/", "true"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            if probe.returncode == 0:
+                break
         if probe.returncode != 0:
             return Availability(
                 False, f"bwrap cannot create namespaces here: {probe.stderr.strip()}"
