@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import StoreSchemaError, StoreUnavailableError
+from rollserve.schema.api import JobQuery
 from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
+from rollserve.storage.pg_schema import VERSION
 from rollserve.storage.postgres import PostgresJobStore
 from rollserve.storage.sqlite import SCHEMA_VERSION
 from rollserve.testing.postgres import TempPostgres
@@ -35,7 +37,9 @@ def test_a_newer_schema_is_refused_and_an_older_one_migrated(postgres: TempPostg
     PostgresJobStore(url).close()  # creates version 1
     PostgresJobStore(url).close()  # and opens it again as it is
     postgres.sql("INSERT INTO rollserve_schema VALUES (99)", database="schema_test")
-    with pytest.raises(StoreSchemaError, match="schema version 99; this rollserve knows up to 3"):
+    with pytest.raises(
+        StoreSchemaError, match=f"schema version 99; this rollserve knows up to {VERSION}"
+    ):
         PostgresJobStore(url)
 
 
@@ -129,7 +133,10 @@ def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
         + MIGRATIONS[0]
         + " INSERT INTO rollserve_schema VALUES (1);"
         + " INSERT INTO jobs (job_id, request, stage, status, created, updated)"
-        + " VALUES ('old', '{}', 'init', 'queued', 0, 0);",
+        + " VALUES ('old', '{}', 'init', 'queued', 0, 0);"
+        + " INSERT INTO jobs (job_id, request, stage, status, created, updated, result)"
+        + """ VALUES ('ended', '{"task": {"kind": "math"}}', 'done', 'completed', 0, 0,"""
+        + """ '{"reward": 0.5, "turns": 2}');""",
         database="old_schema",
     )
     store = PostgresJobStore(url)
@@ -138,6 +145,8 @@ def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
         claimed = store.claim(Stage.INIT, "n", 30)
         assert claimed is not None and claimed.job_id == "old"
         store.requeue("old", "n", Stage.INIT, delay_s=60)  # the new column is there
+        [ended] = store.list_jobs(JobQuery(kind="math")).jobs  # and the generated ones
+        assert (ended.job_id, ended.reward, ended.turns) == ("ended", 0.5, 2)
     finally:
         store.close()
 
@@ -160,12 +169,21 @@ def test_an_older_sqlite_file_is_migrated_in_place(tmp_path: Path) -> None:
             "INSERT INTO jobs (job_id, request, stage, status, created, updated)"
             " VALUES ('old', '{}', 'init', 'queued', 0, 0)"
         )
+        db.execute(
+            "INSERT INTO jobs (job_id, request, stage, status, created, updated, result)"
+            """ VALUES ('ended', '{"task": {"kind": "math"}}', 'done', 'completed', 0, 0,"""
+            """ '{"reward": 0.5, "turns": 2}')"""
+        )
         db.execute("PRAGMA user_version = 2")
     store = SqliteJobStore(path)
     try:
         claimed = store.claim(Stage.INIT, "n", 30)
         assert claimed is not None and claimed.job_id == "old"
         store.requeue("old", "n", Stage.INIT, delay_s=60)
+        # The rebuilt table's generated columns hold the older jobs' figures.
+        [ended] = store.list_jobs(JobQuery(kind="math")).jobs
+        assert (ended.job_id, ended.reward, ended.turns) == ("ended", 0.5, 2)
+        assert store.get("ended") is not None
     finally:
         store.close()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -9,7 +11,12 @@ from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest
 from rollserve.schema.tokens import Tokens
+from rollserve.schema.trajectory import TurnLog
 from rollserve.tasks.base import RunOutput
+
+# Told of the episode as it goes: once with the messages before the first turn (``turn`` 0),
+# then once per model turn with its messages and log. The run stage appends them to the store.
+TurnHook = Callable[[int, list[dict[str, Any]], TurnLog | None], Awaitable[None]]
 
 
 @dataclass
@@ -26,6 +33,21 @@ class RunContext:
     submission: str | None = None
     tokens: Tokens | None = None  # token mode: the trajectory so far
     tool_errors: int = 0  # malformed or failed tool calls, told to the model
+    turn_log: list[TurnLog] = field(default_factory=list)  # one per model turn
+    on_turn: TurnHook | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    def begin_turn(self, info: Any) -> TurnLog:
+        """Count a model turn and start its log (``info``: the turn's TurnInfo)."""
+        self.turns += 1
+        log = TurnLog(turn=self.turns, info=info)
+        self.turn_log.append(log)
+        return log
+
+    async def told(self, turn: int, messages: list[dict[str, Any]], log: TurnLog | None) -> None:
+        """Tell the hook of a turn (0: the messages before the first)."""
+        if self.on_turn is not None:
+            await self.on_turn(turn, messages, log)
 
     def output(self, exit_reason: ExitReason) -> RunOutput:
         """The episode as it stands, ended for ``exit_reason``."""
@@ -36,6 +58,7 @@ class RunContext:
             turns=self.turns,
             tokens=self.tokens.model_dump() if self.tokens is not None else None,
             tool_errors=self.tool_errors,
+            turn_log=[log.model_dump(mode="json") for log in self.turn_log],
             policy_versions=list(self.llm.versions) if self.llm is not None else [],
         )
 

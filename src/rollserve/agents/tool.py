@@ -5,12 +5,13 @@ as the exact token ids the backend saw and produced (never re-tokenized)."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rollserve.agents.base import RunContext
-from rollserve.agents.tools import Toolbox, tool_schemas
+from rollserve.agents.tools import Toolbox, ToolOutcome, tool_schemas
 from rollserve.errors import InvalidInputError
 from rollserve.llm.base import SamplingParams
 from rollserve.llm.session import ModelSession
@@ -19,6 +20,7 @@ from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, Sampling
 from rollserve.schema.tokens import Tokens, TurnInfo
+from rollserve.schema.trajectory import ToolRun, TurnLog
 from rollserve.tasks.base import RunOutput
 
 _TURN_TOKENS = 1024  # a turn's generation limit when the job's sampling names none
@@ -111,27 +113,45 @@ class _Episode:
 
     async def play(self, toolbox: Toolbox) -> RunOutput:
         context = self.context
+        await context.told(0, list(context.messages), None)
         while True:
+            began = round(time.monotonic() - context.started, 6)
             turn = await (self.token_turn() if self.llm.token_mode else self.text_turn())
             if turn is None:
                 return context.output(ExitReason.MAX_TOKENS)
             parsed, info, generated = turn
-            context.turns += 1
-            context.messages.append(_assistant(parsed))
-            if info.truncated:
-                return context.output(ExitReason.MAX_TOKENS)
-            ended = info.finish_reason in ("stop", "tool_calls")  # not cut short: an answer
-            final = not parsed.calls and not parsed.errors and ended
-            if final and self.own.end_without_tool_call:
-                return context.output(ExitReason.SUBMITTED)
-            observations, submitted = await self.act(toolbox, parsed)
-            if submitted:
-                return context.output(ExitReason.SUBMITTED)
-            if context.turns >= self.config.max_turns:
-                # No model will read these observations: the tokens end with the last reply.
-                return context.output(ExitReason.MAX_TURNS)
-            if not self.observe(observations, generated):
-                return context.output(ExitReason.MAX_TOKENS)
+            log = context.begin_turn(info)
+            log.started_s = began
+            assistant = _assistant(parsed)
+            context.messages.append(assistant)
+            ended = await self.turn(toolbox, parsed, log, generated)
+            if ended is not None:
+                return context.output(ended)
+
+    async def turn(
+        self, toolbox: Toolbox, parsed: ParsedTurn, log: TurnLog, generated: list[int]
+    ) -> ExitReason | None:
+        """Act on one generated turn and tell the hook; how the episode ends, if it does."""
+        context = self.context
+        assistant = context.messages[-1]
+        if log.info is not None and log.info.truncated:
+            await context.told(log.turn, [assistant], log)
+            return ExitReason.MAX_TOKENS
+        ended = log.info is None or log.info.finish_reason in ("stop", "tool_calls")
+        final = not parsed.calls and not parsed.errors and ended  # not cut short: an answer
+        if final and self.own.end_without_tool_call:
+            await context.told(log.turn, [assistant], log)
+            return ExitReason.SUBMITTED
+        observations, submitted = await self.act(toolbox, parsed, log)
+        await context.told(log.turn, [assistant, *observations], log)
+        if submitted:
+            return ExitReason.SUBMITTED
+        if context.turns >= self.config.max_turns:
+            # No model will read these observations: the tokens end with the last reply.
+            return ExitReason.MAX_TURNS
+        if not self.observe(observations, generated):
+            return ExitReason.MAX_TOKENS
+        return None
 
     async def token_turn(self) -> tuple[ParsedTurn, TurnInfo, list[int]] | None:
         tokens = self.context.tokens
@@ -175,12 +195,17 @@ class _Episode:
                 errors.append(f"tool call {index + 1} ({call['name']}): invalid arguments: {exc}")
         return ParsedTurn(content=done.content, calls=calls, errors=errors), info, []
 
-    async def act(self, toolbox: Toolbox, parsed: ParsedTurn) -> tuple[list[dict[str, Any]], bool]:
-        """Run the turn's calls; the observations to send back, and whether it submitted."""
+    async def act(
+        self, toolbox: Toolbox, parsed: ParsedTurn, log: TurnLog
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Run the turn's calls, each logged; the observations to send back, and whether it
+        submitted."""
         context = self.context
         observations: list[dict[str, Any]] = []
         for call in parsed.calls:
+            began = time.monotonic()
             outcome = await toolbox.call(call)
+            log.tools.append(_tool_run(call, outcome, time.monotonic() - began))
             context.tool_errors += outcome.error
             observations.append(
                 {
@@ -220,6 +245,20 @@ class _Episode:
         tokens.response_mask += [0] * len(ids)
         tokens.response_logprobs += [0.0] * len(ids)
         return True
+
+
+def _tool_run(call: ToolCall, outcome: ToolOutcome, seconds: float) -> ToolRun:
+    """What the log keeps of one tool call."""
+    command = outcome.command
+    return ToolRun(
+        tool_call_id=call.id,
+        name=call.name,
+        exit_code=command.exit_code if command is not None else None,
+        timed_out=command.timed_out if command is not None else False,
+        truncated=command.truncated if command is not None else False,
+        error=outcome.error,
+        seconds=round(seconds, 6),
+    )
 
 
 def _assistant(parsed: ParsedTurn) -> dict[str, Any]:

@@ -97,6 +97,7 @@ class ToolOutcome:
     submitted: bool = False
     submission: str | None = None
     error: bool = False
+    command: CommandResult | None = None  # bash: how the command ended
 
 
 class Toolbox:
@@ -148,7 +149,7 @@ class Toolbox:
         if result.waiting_for_input:
             await self._shell.interrupt()
         hits = _limits_hit(before, self.sandbox.limit_events(), self.sandbox.limits)
-        return ToolOutcome(_describe(result, timeout) + hits)
+        return ToolOutcome(_describe(result, timeout) + hits, command=result)
 
     async def _edit(self, arguments: dict[str, Any]) -> ToolOutcome:
         if self.sandbox is None:

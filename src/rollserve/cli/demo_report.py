@@ -43,7 +43,7 @@ def tool_calls(job: JobView) -> int:
     """Well-formed tool calls the model made."""
     if job.result is None:
         return 0
-    return sum(len(m.get("tool_calls") or []) for m in job.result.messages)
+    return sum(len(m.tool_calls or []) for m in job.result.messages)
 
 
 @dataclass

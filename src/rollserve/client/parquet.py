@@ -80,7 +80,7 @@ def verl_rows(jobs: Iterable[JobView]) -> tuple[list[dict[str, Any]], dict[str, 
                 "response_mask": tokens.response_mask,
                 "response_logprobs": tokens.response_logprobs,
                 "reward_score": result.reward,
-                "num_turns": len([m for m in result.messages if m.get("role") != "system"]),
+                "num_turns": len([m for m in result.messages if m.role != "system"]),
                 "exit_reason": result.exit_reason.value,
                 "policy_versions": [t.policy_version for t in tokens.turns],
             }

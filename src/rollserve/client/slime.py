@@ -118,7 +118,7 @@ def fill_sample(sample: Any, view: JobView) -> None:
     sample.rollout_log_probs = list(tokens.response_logprobs)
     sample.reward = result.reward
     sample.weight_versions = [str(v) for turn in tokens.turns for v in turn.versions]
-    replies = [m.get("content") or "" for m in result.messages if m.get("role") == "assistant"]
+    replies = [m.text for m in result.messages if m.role == "assistant"]
     sample.response = replies[-1] if replies else ""
     ended = result.exit_reason.value
     if ended == "submitted":

@@ -209,8 +209,8 @@ def _sample(view: JobView, advantage: float, group: int, version: int) -> Any:
     tokens = result.tokens
     context = [0] * len(tokens.prompt_ids)
     generated = result.min_policy_version
-    prompt = [m for m in result.messages if m.get("role") in ("system", "user")][:2]
-    completion = [m for m in result.messages if m.get("role") == "assistant"]
+    prompt = [m.model_dump() for m in result.messages if m.role in ("system", "user")][:2]
+    completion = [m.model_dump() for m in result.messages if m.role == "assistant"]
     return RolloutSample(
         prompt=prompt,
         completion=completion,

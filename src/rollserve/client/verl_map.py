@@ -88,7 +88,7 @@ def output_fields(view: JobView, prompt_length: int, response_length: int) -> di
             f"than veRL's rollout.prompt_length={prompt_length}; raise prompt_length",
             job_id=view.job_id,
         )
-    turns = [m for m in result.messages if m.get("role") in ("user", "assistant", "tool")]
+    turns = [m for m in result.messages if m.role in ("user", "assistant", "tool")]
     return {
         "prompt_ids": tokens.prompt_ids,
         "response_ids": tokens.response_ids[:response_length],

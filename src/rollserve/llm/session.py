@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,7 @@ class ModelSession:
         """One turn. An aborted generation is resumed: the prompt and the tokens generated so
         far go out again with the remaining budget, each segment keeping its own version."""
         sampling = self._seeded(sampling)
+        began = time.monotonic()
         ids: list[int] = []
         logprobs: list[float] = []
         segments: list[Segment] = []
@@ -143,6 +145,7 @@ class ModelSession:
         start = len(prompt_ids)
         info = self._turn(view, finish, start, len(ids), segments)
         info.sampling = sampling.fields()
+        info.latency_s = round(time.monotonic() - began, 6)
         info.prompt = TokenSpan(start=0, end=start)
         info.generation = TokenSpan(start=start, end=start + len(ids))
         return done, info
@@ -156,6 +159,7 @@ class ModelSession:
         """One text-mode turn; an aborted one is generated again (text cannot be resumed
         exactly)."""
         sampling = self._seeded(sampling)
+        began = time.monotonic()
         attempt = 0
         while True:
             self._prepare()
@@ -180,6 +184,7 @@ class ModelSession:
             [segment],
         )
         info.sampling = sampling.fields()
+        info.latency_s = round(time.monotonic() - began, 6)
         return done, info
 
     async def _generate(

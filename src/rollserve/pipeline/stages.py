@@ -151,6 +151,7 @@ def _result(output: RunOutput, evaluation: Evaluation) -> RolloutResult:
         evaluation=evaluation.details,
         exit_reason=output.exit_reason,
         messages=output.messages,
+        turn_log=output.turn_log,
         turns=output.turns,
         patch=evaluation.patch,
         tokens=Tokens.model_validate(output.tokens) if output.tokens else None,

@@ -9,6 +9,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from rollserve.schema.sandbox import SandboxLimits, check_guest_workspace
 from rollserve.schema.tokens import Tokens
+from rollserve.schema.trajectory import Message, TurnLog
 from rollserve.schema.wire import WireModel
 
 
@@ -149,7 +150,11 @@ class RolloutResult(_Model):
     reward: float
     evaluation: dict[str, Any] = Field(default_factory=dict)
     exit_reason: ExitReason
-    messages: list[dict[str, Any]] = Field(default_factory=list)
+    messages: list[Message] = Field(default_factory=list, description="OpenAI chat format")
+    turn_log: list[TurnLog] = Field(
+        default_factory=list,
+        description="per model turn: backend, policy version, tokens, latency, and its tool runs",
+    )
     turns: int = 0
     patch: str | None = None
     tokens: Tokens | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LogprobMode = Literal["raw", "processed"]
 """``raw``: log-softmax of the model's logits (vLLM's default); ``processed``: after
@@ -73,6 +73,9 @@ class TurnInfo(BaseModel):
     sampling: dict[str, Any] = Field(
         default_factory=dict, description="the sampling fields sent with the turn's request"
     )
+    latency_s: float | None = Field(
+        None, description="seconds from the turn's first request to its last answer"
+    )
 
     _legacy = field_validator("policy_version", mode="before")(legacy_version)
 
@@ -100,3 +103,23 @@ class Tokens(BaseModel):
         None, description="what the logprobs are: raw (before temperature) or processed"
     )
     turns: list[TurnInfo] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _lengths_agree(self) -> Tokens:
+        """``response_mask`` and ``response_logprobs`` have one entry per response token, the
+        mask holds only 0 and 1, and each turn's spans lie within the trajectory."""
+        n = len(self.response_ids)
+        for name in ("response_mask", "response_logprobs"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries, response_ids {n}")
+        if any(m not in (0, 1) for m in self.response_mask):
+            raise ValueError("response_mask holds values other than 0 and 1")
+        total = len(self.prompt_ids) + n
+        for index, turn in enumerate(self.turns):
+            for span in (turn.prompt, turn.generation):
+                if span is not None and not span.start <= span.end <= total:
+                    raise ValueError(
+                        f"turns[{index}]: span [{span.start}, {span.end}) is outside the "
+                        f"{total} tokens of prompt_ids + response_ids"
+                    )
+        return self

@@ -21,12 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rollserve.schema.api import JobQuery, JobsPage
 from rollserve.schema.jobs import JobStatus
+from rollserve.storage.browse import JobEvent
 
 __all__ = [
     "NODES_KEPT_S",
     "STAGE_STATUS",
     "BackendStore",
+    "JobEvent",
     "JobRecord",
     "JobStatus",
     "JobStore",
@@ -240,6 +243,20 @@ class JobStore(Protocol):
     def results_head(self) -> int:
         """The cursor of the latest finished job (0 before any): where a reader of the results
         feed starts to see only what finishes from now on."""
+        ...
+
+    def list_jobs(self, query: JobQuery) -> JobsPage:
+        """A page of the jobs that match ``query``'s filters, in its order, with how many
+        match in all; rows carry no trajectory."""
+        ...
+
+    def append_event(self, job_id: str, attempt: int, turn: int, data: dict[str, Any]) -> None:
+        """Keep one event of a running episode (its turn ``turn`` of attempt ``attempt``);
+        they go when the job is purged."""
+        ...
+
+    def events(self, job_id: str) -> list[JobEvent]:
+        """The job's events, every attempt's, in the order they came."""
         ...
 
     def close(self) -> None: ...

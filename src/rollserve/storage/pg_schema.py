@@ -77,6 +77,36 @@ MIGRATIONS: list[str] = [
         updated DOUBLE PRECISION NOT NULL
     );
     """,
+    # 4: what the web viewer filters and sorts jobs on, kept by the database from the JSON;
+    # the events a running episode appends turn by turn.
+    """
+    ALTER TABLE jobs
+        ADD COLUMN kind TEXT GENERATED ALWAYS AS (request #>> '{task,kind}') STORED,
+        ADD COLUMN task_id TEXT GENERATED ALWAYS AS (request #>> '{task,task_id}') STORED,
+        ADD COLUMN model TEXT GENERATED ALWAYS AS (request ->> 'model') STORED,
+        ADD COLUMN reward DOUBLE PRECISION
+            GENERATED ALWAYS AS ((result ->> 'reward')::double precision) STORED,
+        ADD COLUMN exit_reason TEXT GENERATED ALWAYS AS (result ->> 'exit_reason') STORED,
+        ADD COLUMN policy_version BIGINT
+            GENERATED ALWAYS AS ((result ->> 'max_policy_version')::bigint) STORED,
+        ADD COLUMN turns INTEGER GENERATED ALWAYS AS ((result ->> 'turns')::integer) STORED,
+        ADD COLUMN error_code TEXT GENERATED ALWAYS AS (error ->> 'code') STORED;
+    CREATE INDEX jobs_created ON jobs (created);
+    CREATE INDEX jobs_status ON jobs (status, created);
+    CREATE INDEX jobs_kind ON jobs (kind, created);
+    CREATE INDEX jobs_reward ON jobs (reward);
+    CREATE INDEX jobs_version ON jobs (policy_version);
+    CREATE INDEX jobs_finished_all ON jobs (finished);
+    CREATE TABLE job_events (
+        seq BIGSERIAL PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        turn INTEGER NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        data JSONB NOT NULL
+    );
+    CREATE INDEX job_events_job ON job_events (job_id, seq);
+    """,
 ]
 VERSION = len(MIGRATIONS)
 

@@ -23,7 +23,8 @@ from rollserve.storage.base import (
     Stage,
     Submitted,
 )
-from rollserve.storage.pg_connection import Cursor, PgConnection, first, json_or_none
+from rollserve.storage.pg_browse import PgBrowsing
+from rollserve.storage.pg_connection import Cursor, first, json_or_none
 from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK
 from rollserve.storage.rows import (
     gone,
@@ -39,7 +40,7 @@ _UNFINISHED = "stage <> 'done'"
 _T = "t AS (SELECT coalesce(%(now)s::float8, extract(epoch FROM clock_timestamp())) AS now)"
 
 
-class PostgresJobStore(PgConnection):
+class PostgresJobStore(PgBrowsing):
     """:class:`rollserve.storage.base.Store` on a PostgreSQL database shared by nodes."""
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -470,6 +471,11 @@ class PostgresJobStore(PgConnection):
 
     def purge(self, finished_before: float) -> int:
         with self._tx() as cur:
+            cur.execute(
+                "DELETE FROM job_events WHERE job_id IN (SELECT job_id FROM jobs"
+                " WHERE stage = 'done' AND finished < %s)",
+                (finished_before,),
+            )
             cur.execute(
                 "DELETE FROM jobs WHERE stage = 'done' AND finished < %s", (finished_before,)
             )

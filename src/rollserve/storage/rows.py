@@ -3,6 +3,7 @@ and the rules of holding, requeueing and releasing a job, so that every store de
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
@@ -18,9 +19,13 @@ Row = TypeVar("Row", bound=_Columns)  # a store's row: sqlite3.Row, or psycopg's
 JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
 
 
+_RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
+
+
 def to_record(row: dict[str, Any]) -> JobRecord:
-    """A job's row, its JSON columns already decoded, as a JobRecord."""
-    data = {key: value for key, value in row.items() if key != "seq"}
+    """A job's row, its JSON columns already decoded, as a JobRecord (the columns generated
+    for the jobs table's filters are left out)."""
+    data = {key: value for key, value in row.items() if key in _RECORD_FIELDS}
     data["timing"] = data["timing"] or {}
     data["stage"] = Stage(data["stage"])
     data["status"] = JobStatus(data["status"])

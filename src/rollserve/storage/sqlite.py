@@ -31,17 +31,15 @@ from rollserve.storage.rows import (
     to_record,
     waiting_for,
 )
-from rollserve.storage.sqlite_connection import (
-    SCHEMA_VERSION,
-    SqliteConnection,
-)
+from rollserve.storage.sqlite_browse import SqliteBrowsing
+from rollserve.storage.sqlite_connection import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "SqliteJobStore"]
 
 _CHUNK = 500  # ids per statement, well under SQLite's limit on bound parameters
 
 
-class SqliteJobStore(SqliteConnection):
+class SqliteJobStore(SqliteBrowsing):
     """:class:`rollserve.storage.base.JobStore` in one SQLite file."""
 
     # -- jobs ------------------------------------------------------------------------------------
@@ -352,6 +350,11 @@ class SqliteJobStore(SqliteConnection):
 
     def purge(self, finished_before: float) -> int:
         with self._write() as db:
+            db.execute(
+                "DELETE FROM job_events WHERE job_id IN (SELECT job_id FROM jobs"
+                " WHERE stage = 'done' AND finished < ?)",
+                (finished_before,),
+            )
             return int(
                 db.execute(
                     "DELETE FROM jobs WHERE stage = 'done' AND finished < ?", (finished_before,)

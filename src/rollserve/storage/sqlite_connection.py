@@ -17,8 +17,20 @@ from typing import Any
 from rollserve.errors import StoreSchemaError, StoreUnavailableError
 from rollserve.storage.base import NodeRecord
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
+# What the jobs table shows of its JSON: columns the web viewer filters and sorts on, kept by
+# SQLite itself whenever a job is stored or ends.
+_GENERATED = """
+    kind TEXT GENERATED ALWAYS AS (json_extract(request, '$.task.kind')) STORED,
+    task_id TEXT GENERATED ALWAYS AS (json_extract(request, '$.task.task_id')) STORED,
+    model TEXT GENERATED ALWAYS AS (json_extract(request, '$.model')) STORED,
+    reward REAL GENERATED ALWAYS AS (json_extract(result, '$.reward')) STORED,
+    exit_reason TEXT GENERATED ALWAYS AS (json_extract(result, '$.exit_reason')) STORED,
+    policy_version INTEGER GENERATED ALWAYS AS (json_extract(result, '$.max_policy_version'))
+        STORED,
+    turns INTEGER GENERATED ALWAYS AS (json_extract(result, '$.turns')) STORED,
+    error_code TEXT GENERATED ALWAYS AS (json_extract(error, '$.code')) STORED""".strip()
+_JOBS = """
+CREATE TABLE IF NOT EXISTS {table} (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id TEXT NOT NULL UNIQUE,
     group_id TEXT,
@@ -34,16 +46,40 @@ CREATE TABLE IF NOT EXISTS jobs (
     stage_output TEXT,
     result TEXT,
     error TEXT,
-    timing TEXT NOT NULL DEFAULT '{}',
+    timing TEXT NOT NULL DEFAULT '{{}}',
     created REAL NOT NULL,
     updated REAL NOT NULL,
     finished REAL,
     done_seq INTEGER UNIQUE,
-    not_before REAL
+    not_before REAL,
+    {generated}
 );
+"""
+# The columns a job is written with (the rest are generated from them).
+_STORED_COLUMNS = (
+    "seq, job_id, group_id, request, priority, stage, status, attempts, lease_owner,"
+    " lease_expires, node, cancel_requested, stage_output, result, error, timing, created,"
+    " updated, finished, done_seq, not_before"
+)
+_SCHEMA = """
 CREATE INDEX IF NOT EXISTS jobs_waiting ON jobs (stage, priority DESC, seq) WHERE stage != 'done';
 CREATE INDEX IF NOT EXISTS jobs_group ON jobs (group_id) WHERE group_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_owner) WHERE lease_owner IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created);
+CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, created);
+CREATE INDEX IF NOT EXISTS jobs_kind ON jobs (kind, created);
+CREATE INDEX IF NOT EXISTS jobs_reward ON jobs (reward);
+CREATE INDEX IF NOT EXISTS jobs_version ON jobs (policy_version);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished);
+CREATE TABLE IF NOT EXISTS job_events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    job_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    turn INTEGER NOT NULL,
+    at REAL NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS job_events_job ON job_events (job_id, seq);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO counters (name, value)
     SELECT 'done_seq', coalesce(max(done_seq), 0) FROM jobs;
@@ -69,7 +105,8 @@ CREATE TABLE IF NOT EXISTS nodes (
 # SQLite's result codes of a file that cannot be used for now (another process holds it, its
 # disk is full, the disk fails): the store does not answer, and callers try again later.
 _PASSING = ("SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_FULL", "SQLITE_IOERR", "SQLITE_CANTOPEN")
-SCHEMA_VERSION = 4  # PRAGMA user_version; 1 had no nodes, 2 no not_before, 3 no pauses
+SCHEMA_VERSION = 5  # PRAGMA user_version; 1 had no nodes, 2 no not_before, 3 no pauses,
+# 4 neither the generated columns nor job_events
 
 
 class SqliteConnection:
@@ -93,11 +130,25 @@ class SqliteConnection:
                 found=version,
                 known=SCHEMA_VERSION,
             )
-        self._db.executescript(_SCHEMA)
-        columns = {row[1] for row in self._db.execute("PRAGMA table_info(jobs)")}
-        if "not_before" not in columns:  # a file of schema version 1 or 2
-            self._db.execute("ALTER TABLE jobs ADD COLUMN not_before REAL")
+        self._migrate()
         self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    def _migrate(self) -> None:
+        """Create the schema, or bring an older file's to this version: a jobs table without
+        the generated columns is rebuilt with them (SQLite adds stored columns no other way)."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_xinfo(jobs)")}
+        if columns and "not_before" not in columns:  # a file of schema version 1 or 2
+            self._db.execute("ALTER TABLE jobs ADD COLUMN not_before REAL")
+        if columns and "kind" not in columns:
+            self._db.execute("BEGIN IMMEDIATE")
+            self._db.execute(_JOBS.format(table="jobs_new", generated=_GENERATED))
+            self._db.execute(
+                f"INSERT INTO jobs_new ({_STORED_COLUMNS}) SELECT {_STORED_COLUMNS} FROM jobs"
+            )
+            self._db.execute("DROP TABLE jobs")
+            self._db.execute("ALTER TABLE jobs_new RENAME TO jobs")
+            self._db.execute("COMMIT")
+        self._db.executescript(_JOBS.format(table="jobs", generated=_GENERATED) + _SCHEMA)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

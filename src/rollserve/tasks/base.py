@@ -32,6 +32,7 @@ class RunOutput:
     tokens: dict[str, Any] | None = None
     tool_errors: int = 0
     policy_versions: list[int] = field(default_factory=list)  # of every model call's segments
+    turn_log: list[dict[str, Any]] = field(default_factory=list)  # TurnLog, one per model turn
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +43,7 @@ class RunOutput:
             "tokens": self.tokens,
             "tool_errors": self.tool_errors,
             "policy_versions": self.policy_versions,
+            "turn_log": self.turn_log,
         }
 
     @classmethod
@@ -54,6 +56,7 @@ class RunOutput:
             tokens=data["tokens"],
             tool_errors=data.get("tool_errors", 0),
             policy_versions=data.get("policy_versions", []),
+            turn_log=data.get("turn_log", []),
         )
 
 
