@@ -12,7 +12,15 @@ from typing import Any
 import httpx
 
 from rollserve.errors import RemoteError
-from rollserve.schema.api import Accepted, BatchAccepted, GroupCancelled, ResultsPage
+from rollserve.schema.api import (
+    Accepted,
+    BatchAccepted,
+    GroupCancelled,
+    JobQuery,
+    JobsPage,
+    ResultsPage,
+    Trajectory,
+)
 from rollserve.schema.backends import (
     BackendSpec,
     BackendView,
@@ -87,6 +95,12 @@ def _settled(job: JobView, end: float | None) -> bool:
     return job.status in TERMINAL or (end is not None and time.monotonic() >= end)
 
 
+def _query(query: JobQuery | None, filters: dict[str, Any]) -> dict[str, Any]:
+    """``GET /v1/jobs``'s parameters: a JobQuery, or its fields as keywords (checked here)."""
+    given = query or JobQuery.model_validate(filters)
+    return given.model_dump(mode="json", exclude_defaults=True)
+
+
 def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
@@ -144,6 +158,16 @@ class RolloutClient:
     def get(self, job_id: str, *, wait: float = 0) -> JobView:
         answer = self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
         return JobView.model_validate(_check(answer).json())
+
+    def list_jobs(self, query: JobQuery | None = None, **filters: Any) -> JobsPage:
+        """A page of jobs, filtered and sorted: ``list_jobs(status=["failed"], kind="swe")``."""
+        answer = self._request("GET", "/v1/jobs", params=_query(query, filters))
+        return JobsPage.model_validate(_check(answer).json())
+
+    def trajectory(self, job_id: str) -> Trajectory:
+        """The job's rollout turn by turn (a running job's turns so far)."""
+        answer = self._request("GET", f"/v1/jobs/{job_id}/trajectory")
+        return Trajectory.model_validate(_check(answer).json())
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         """The job once finished (long-polling), or as it is when ``timeout`` passes."""
@@ -271,6 +295,14 @@ class AsyncRolloutClient:
     async def get(self, job_id: str, *, wait: float = 0) -> JobView:
         answer = await self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
         return JobView.model_validate(_check(answer).json())
+
+    async def list_jobs(self, query: JobQuery | None = None, **filters: Any) -> JobsPage:
+        answer = await self._request("GET", "/v1/jobs", params=_query(query, filters))
+        return JobsPage.model_validate(_check(answer).json())
+
+    async def trajectory(self, job_id: str) -> Trajectory:
+        answer = await self._request("GET", f"/v1/jobs/{job_id}/trajectory")
+        return Trajectory.model_validate(_check(answer).json())
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         end = None if timeout is None else time.monotonic() + timeout

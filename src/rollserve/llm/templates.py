@@ -61,6 +61,11 @@ class ChatTemplate:
         """Ids of text that already holds its special tokens (templates write their own)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
+    def pieces(self, ids: list[int]) -> list[str]:
+        """Each token as the text it stands for (a byte-level piece that is not text on its
+        own shows as the tokenizer decodes it)."""
+        return [str(self.tokenizer.decode([i], skip_special_tokens=False)) for i in ids]
+
     def decode(self, ids: list[int]) -> str:
         return str(self.tokenizer.decode(ids, skip_special_tokens=False))
 

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
+from rollserve.agents.base import TurnHook
 from rollserve.errors import (
     BackendRequestError,
     InfrastructureError,
@@ -43,6 +44,7 @@ from rollserve.pipeline.room import DataDirRoom
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
+from rollserve.schema.trajectory import TurnLog
 from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
 from rollserve.tasks.base import RunOutput
@@ -392,6 +394,7 @@ class Scheduler:
                 request,
                 sandbox,
                 _timeout(request, "run_s", self.settings.run_timeout_s),
+                on_turn=self._recorder(job),
             )
         finally:
             await self._release(job.job_id)  # before evaluation starts
@@ -410,6 +413,21 @@ class Scheduler:
             timing=timing,
         )
         self.wake(Stage.EVAL)
+
+    def _recorder(self, job: JobRecord) -> TurnHook:
+        """Appends the episode's turns to the store as they end, for whoever watches the job
+        run; a store that does not answer loses the event, never the job."""
+
+        async def told(turn: int, messages: list[dict[str, Any]], entry: TurnLog | None) -> None:
+            data = {"messages": messages, "log": entry.model_dump(mode="json") if entry else None}
+            try:
+                await asyncio.to_thread(
+                    self.store.append_event, job.job_id, job.attempts, turn, data
+                )
+            except StoreUnavailableError as exc:
+                log.warning("job %s: turn %d not recorded: %s", job.job_id, turn, exc.message)
+
+        return told
 
     async def _eval(self, job: JobRecord, request: JobRequest, started: float) -> None:
         output = RunOutput.from_json(job.stage_output or {})

@@ -13,10 +13,12 @@ from rollserve.errors import InvalidInputError, JobNotFoundError
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import Router
 from rollserve.llm.session import Models
-from rollserve.llm.templates import TemplateCache
+from rollserve.llm.templates import ChatTemplate, TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
 from rollserve.pipeline.stages import Plugins, StageRunner, validate
+from rollserve.pipeline.trajectories import build_trajectory
 from rollserve.sandbox import SandboxManager
+from rollserve.schema.api import JobQuery, JobsPage, Trajectory
 from rollserve.schema.backends import ModelState, PauseRequest
 from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
 from rollserve.settings import Settings
@@ -38,9 +40,9 @@ class RolloutService:
         self.plugins = plugins
         self.store = open_store(settings)
         self.sandboxes = SandboxManager(settings)
-        templates = TemplateCache()
-        self.router = Router(settings, self.store, default_kinds(templates))
-        models = Models(self.router, templates, settings.llm_abort_resumes)
+        self.templates = TemplateCache()
+        self.router = Router(settings, self.store, default_kinds(self.templates))
+        models = Models(self.router, self.templates, settings.llm_abort_resumes)
         self.scheduler = Scheduler(
             settings,
             self.store,
@@ -161,6 +163,39 @@ class RolloutService:
             if found or time.monotonic() >= end:
                 return found
             await self.scheduler.changes.wait(changed, min(_WAIT_POLL_S, end - time.monotonic()))
+
+    # -- browsing (the web viewer) ----------------------------------------------------------------
+
+    async def list_jobs(self, query: JobQuery) -> JobsPage:
+        return await asyncio.to_thread(self.store.list_jobs, query)
+
+    async def trajectory(self, job_id: str) -> Trajectory:
+        """The job's trajectory; a running job's from its events so far. Token mode: each
+        token's text, when a registered backend of the job names its tokenizer."""
+        record = await self.record(job_id)
+        events = [] if record.result else await asyncio.to_thread(self.store.events, job_id)
+        found = build_trajectory(
+            view(record),
+            request=record.request,
+            created=record.created,
+            finished=record.finished,
+            events=events,
+        )
+        if found.tokens is not None:
+            template = await self._template_of(found)
+            if template is not None:
+                ids = found.tokens.prompt_ids + found.tokens.response_ids
+                found.token_text = await asyncio.to_thread(template.pieces, ids)
+        return found
+
+    async def _template_of(self, trajectory: Trajectory) -> ChatTemplate | None:
+        """The chat template of a backend that served the trajectory (or its model)."""
+        tokens = trajectory.tokens
+        used = {turn.backend_id for turn in tokens.turns} if tokens else set()
+        for backend in self.router.views():
+            if backend.tokenizer and (backend.id in used or backend.model == trajectory.model):
+                return await self.templates.aget(backend.tokenizer)
+        return None
 
     # -- pauses of a model across the fleet -------------------------------------------------------
 

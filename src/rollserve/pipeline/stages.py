@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rollserve.agents.base import Agent, RunContext
+from rollserve.agents.base import Agent, RunContext, TurnHook
 from rollserve.llm.session import Models, ModelSession, VersionBound
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
@@ -91,9 +91,15 @@ class StageRunner:
         return sandbox
 
     async def run(
-        self, job_id: str, request: JobRequest, sandbox: Sandbox | None, timeout_s: float
+        self,
+        job_id: str,
+        request: JobRequest,
+        sandbox: Sandbox | None,
+        timeout_s: float,
+        on_turn: TurnHook | None = None,
     ) -> RunOutput:
-        """The episode; one cut off by its time limit keeps what it recorded (``timeout``)."""
+        """The episode; one cut off by its time limit keeps what it recorded (``timeout``).
+        ``on_turn`` is told of each turn as it ends."""
         config = agent_config(request)
         agent = self.plugins.agents.get(config.name)
         handler = self.plugins.handlers.get(request.task.kind)
@@ -104,6 +110,7 @@ class StageRunner:
             llm=llm,
             system_prompt=handler.system_prompt(request.task),
             tools=handler.tools(request.task),
+            on_turn=on_turn,
         )
         try:
             async with asyncio.timeout(None) as limit:

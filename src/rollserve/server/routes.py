@@ -9,7 +9,16 @@ from fastapi.responses import PlainTextResponse
 
 from rollserve.errors import StoreUnavailableError
 from rollserve.pipeline.service import RolloutService, view
-from rollserve.schema.api import Accepted, BatchAccepted, BatchRequest, GroupCancelled, ResultsPage
+from rollserve.schema.api import (
+    Accepted,
+    BatchAccepted,
+    BatchRequest,
+    GroupCancelled,
+    JobQuery,
+    JobsPage,
+    ResultsPage,
+    Trajectory,
+)
 from rollserve.schema.backends import (
     BackendSpec,
     BackendView,
@@ -69,6 +78,18 @@ async def submit_batch(batch: BatchRequest, svc: Service) -> BatchAccepted:
     return BatchAccepted(
         jobs=[Accepted(job_id=d.job_id, status=d.status.value, created=d.created) for d in done]
     )
+
+
+@api.get("/jobs", response_model=JobsPage)
+async def list_jobs(svc: Service, query: Annotated[JobQuery, Query()]) -> JobsPage:
+    """A page of jobs, filtered and sorted (the viewer's jobs table); no trajectories."""
+    return await svc.list_jobs(query)
+
+
+@api.get("/jobs/{job_id}/trajectory", response_model=Trajectory, responses=responses(404))
+async def get_trajectory(job_id: str, svc: Service) -> Trajectory:
+    """The job's rollout turn by turn; a running job's turns so far (``live``)."""
+    return await svc.trajectory(job_id)
 
 
 @api.get("/jobs/{job_id}", response_model=JobView, responses=responses(404))

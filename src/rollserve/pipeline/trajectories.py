@@ -1,0 +1,63 @@
+"""A job's trajectory turn by turn, for the viewer: from its result once it has one, from the
+events its episode appended while it runs (or when it failed before a result)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rollserve.schema.api import Trajectory
+from rollserve.schema.jobs import JobView
+from rollserve.schema.trajectory import Message, TurnLog, split_turns
+from rollserve.storage.browse import JobEvent
+
+
+def build_trajectory(
+    view: JobView,
+    *,
+    request: dict[str, Any] | None = None,
+    created: float | None = None,
+    finished: float | None = None,
+    events: Sequence[JobEvent] = (),
+) -> Trajectory:
+    """The trajectory of ``view``; ``request`` (the job as submitted) names its task and
+    model; ``events`` stand in for the turns of a job without a result (the latest attempt's)."""
+    task = (request or {}).get("task") or {}
+    result = view.result
+    trajectory = Trajectory(
+        job_id=view.job_id,
+        group_id=view.group_id,
+        status=view.status,
+        attempts=view.attempts,
+        task_id=task.get("task_id"),
+        kind=task.get("kind"),
+        model=(request or {}).get("model"),
+        created=created,
+        finished=finished,
+        timing=view.timing,
+        error=view.error,
+    )
+    if result is not None:
+        trajectory.prelude, trajectory.turns = split_turns(result.messages, result.turn_log)
+        trajectory.reward = result.reward
+        trajectory.exit_reason = result.exit_reason.value
+        trajectory.evaluation = result.evaluation
+        trajectory.patch = result.patch
+        trajectory.tool_errors = result.tool_errors
+        trajectory.tokens = result.tokens
+        return trajectory
+    latest = max((e.attempt for e in events), default=None)
+    messages: list[Message] = []
+    logs: list[TurnLog] = []
+    for event in events:
+        if event.attempt != latest:
+            continue
+        messages += [Message.model_validate(m) for m in event.data.get("messages", [])]
+        if event.data.get("log"):
+            logs.append(TurnLog.model_validate(event.data["log"]))
+    trajectory.prelude, trajectory.turns = split_turns(messages, logs)
+    trajectory.live = latest is not None and view.status not in _ENDED
+    return trajectory
+
+
+_ENDED = frozenset({"completed", "failed", "cancelled", "stale"})
