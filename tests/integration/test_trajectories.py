@@ -113,7 +113,7 @@ def test_the_jobs_list_filters_sorts_and_pages(server_factory: Callable[..., Ser
         for job in jobs:
             assert client.wait(job["job_id"], timeout=60).status == "completed"
         everything = client.list_jobs()
-        assert everything.total == 6 and [j.job_id for j in everything.jobs][0] == "echo"
+        assert everything.total == 6 and everything.jobs[0].job_id == "echo"
         right = client.list_jobs(kind="math", reward_min=1)
         assert sorted(j.job_id for j in right.jobs) == ["j0", "j2", "j4"]
         assert {j.reward for j in client.list_jobs(group_id="g").jobs} == {0.0, 1.0}
