@@ -18,6 +18,8 @@ compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || missing+=(postgresql
 # Slurm and munge: deploy/slurm is tested on a one-machine cluster that the test starts.
 [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] || missing+=(slurm-wlm)
 [ -x /usr/sbin/munged ] || missing+=(munge)
+# Chromium: the web viewer's end-to-end tests drive it through Playwright.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0

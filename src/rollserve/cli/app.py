@@ -32,6 +32,7 @@ from rollserve.cli.processes import serve_processes
 from rollserve.cli.serve import announce_when_ready, serve
 from rollserve.cli.submit import submit
 from rollserve.cli.tasks import tasks_app
+from rollserve.cli.view import view_cmd
 from rollserve.client import RolloutClient
 from rollserve.errors import RollserveError
 from rollserve.pipeline.fleet import node_name
@@ -354,6 +355,9 @@ def serve_cmd(
 
 Server = Annotated[str, typer.Option("--server", help="rollserve URL")]
 Token = Annotated[str | None, typer.Option("--token", help="bearer token")]
+
+
+app.command("view")(view_cmd)
 
 
 @app.command("submit")

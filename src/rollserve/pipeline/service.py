@@ -174,13 +174,7 @@ class RolloutService:
         token's text, when a registered backend of the job names its tokenizer."""
         record = await self.record(job_id)
         events = [] if record.result else await asyncio.to_thread(self.store.events, job_id)
-        found = build_trajectory(
-            view(record),
-            request=record.request,
-            created=record.created,
-            finished=record.finished,
-            events=events,
-        )
+        found = build_trajectory(view(record), events=events)
         if found.tokens is not None:
             template = await self._template_of(found)
             if template is not None:
@@ -284,11 +278,17 @@ class RolloutService:
 
 def view(record: JobRecord) -> JobView:
     """A stored job as a client sees it."""
+    task = record.request.get("task") or {}
     return JobView(
         job_id=record.job_id,
         group_id=record.group_id,
+        task_id=task.get("task_id"),
+        kind=task.get("kind"),
+        model=record.request.get("model"),
         status=record.status.value,
         attempts=record.attempts,
+        created=record.created,
+        finished=record.finished,
         timing=JobTiming(**record.timing),
         result=RolloutResult.model_validate(record.result) if record.result else None,
         error=JobErrorInfo.model_validate(record.error)

@@ -4,7 +4,6 @@ events its episode appended while it runs (or when it failed before a result).""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rollserve.schema.api import Trajectory
 from rollserve.schema.jobs import JobView
@@ -12,28 +11,20 @@ from rollserve.schema.trajectory import Message, TurnLog, split_turns
 from rollserve.storage.browse import JobEvent
 
 
-def build_trajectory(
-    view: JobView,
-    *,
-    request: dict[str, Any] | None = None,
-    created: float | None = None,
-    finished: float | None = None,
-    events: Sequence[JobEvent] = (),
-) -> Trajectory:
-    """The trajectory of ``view``; ``request`` (the job as submitted) names its task and
-    model; ``events`` stand in for the turns of a job without a result (the latest attempt's)."""
-    task = (request or {}).get("task") or {}
+def build_trajectory(view: JobView, *, events: Sequence[JobEvent] = ()) -> Trajectory:
+    """The trajectory of ``view``; ``events`` stand in for the turns of a job without a
+    result (the latest attempt's)."""
     result = view.result
     trajectory = Trajectory(
         job_id=view.job_id,
         group_id=view.group_id,
         status=view.status,
         attempts=view.attempts,
-        task_id=task.get("task_id"),
-        kind=task.get("kind"),
-        model=(request or {}).get("model"),
-        created=created,
-        finished=finished,
+        task_id=view.task_id,
+        kind=view.kind,
+        model=view.model,
+        created=view.created,
+        finished=view.finished,
         timing=view.timing,
         error=view.error,
     )

@@ -183,8 +183,13 @@ class JobView(_Model):
 
     job_id: str
     group_id: str | None = None
+    task_id: str | None = None
+    kind: str | None = Field(None, description="the task's kind")
+    model: str | None = Field(None, description="the model the job asked for")
     status: str
     attempts: int = 0
+    created: float | None = Field(None, description="when it was submitted (unix seconds)")
+    finished: float | None = Field(None, description="when it ended (unix seconds)")
     timing: JobTiming = Field(default_factory=JobTiming)
     result: RolloutResult | None = None
     error: JobErrorInfo | None = None

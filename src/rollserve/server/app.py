@@ -14,6 +14,7 @@ from rollserve.pipeline.stages import Plugins
 from rollserve.server import errors
 from rollserve.server.guard import Guard, tokens
 from rollserve.server.routes import api, health, metrics_route
+from rollserve.server.ui.routes import mount_ui
 from rollserve.settings import Settings
 
 
@@ -35,6 +36,7 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
     app.include_router(health)
     app.include_router(api)
     app.include_router(metrics_route)
+    mount_ui(app, settings)
     app.add_middleware(Guard, settings=settings)
     errors.install(app)
     return app

@@ -10,7 +10,8 @@ import logging
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
-from starlette.responses import JSONResponse
+from starlette.requests import cookie_parser
+from starlette.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rollserve.errors import (
@@ -20,13 +21,17 @@ from rollserve.errors import (
     RollserveError,
     UnauthorizedError,
 )
+from rollserve.server.ui.pages import sign_in_page
 from rollserve.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Open without a token: probes and the API's own description.
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc"})
+# Open without a token: probes, the API's own description, and the viewer's sign-in page.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc", "/ui/login"})
 READING = frozenset({"GET", "HEAD", "OPTIONS"})
+# The web viewer's session: the token, in an HttpOnly cookie set by /ui/login. It is taken for
+# reading only, so that no other site can make a browser write with it.
+COOKIE = "rollserve_token"
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,16 @@ def tokens(settings: Settings) -> list[_Token]:
     names = [t.name for t in found]
     if len(set(names)) != len(names):
         raise InvalidInputError(f"api_tokens: names must differ, got {names}")
+    return found
+
+
+def matching(known: list[_Token], offered: bytes) -> _Token | None:
+    """The token ``offered`` is. Every token is compared, in constant time: how long it takes
+    says nothing of which one matched, or how much of one."""
+    found: _Token | None = None
+    for token in known:
+        if hmac.compare_digest(offered, token.secret):
+            found = token
     return found
 
 
@@ -68,6 +83,10 @@ class Guard:
             log.warning(
                 "refused %s %s from %s: %s", scope["method"], scope["path"], client[0], exc.message
             )
+            page = scope["path"] == "/ui" or scope["path"].startswith("/ui/")
+            if page and isinstance(exc, UnauthorizedError) and scope["method"] in READING:
+                await HTMLResponse(sign_in_page(exc.message), exc.http_status)(scope, receive, send)
+                return
             await JSONResponse(exc.to_dict(), exc.http_status)(scope, receive, send)
             return
         replayed = False
@@ -88,10 +107,10 @@ class Guard:
         given = headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         offered = value.strip().encode() if scheme.lower() == "bearer" else b""
-        match: _Token | None = None
-        for token in self.tokens:  # every token is compared: the time says nothing of which
-            if hmac.compare_digest(offered, token.secret):
-                match = token
+        if not given and scope["method"] in READING:
+            given = cookie = _cookie(headers, COOKIE)
+            offered = cookie.encode()
+        match = matching(self.tokens, offered)
         if match is None:
             reason = "a valid bearer token is required" if given else "no bearer token given"
             raise UnauthorizedError(reason)
@@ -132,3 +151,7 @@ class Guard:
             f"{self.max_bytes} (max_request_mb)",
             bound=self.max_bytes,
         )
+
+
+def _cookie(headers: Headers, name: str) -> str:
+    return cookie_parser(headers.get("cookie", "")).get(name, "")

@@ -40,6 +40,13 @@ export function s(tag, props, ...children) {
   return el;
 }
 
+/** Replace an element's children (same child rules as h(): null/false skipped, strings as text). */
+export function fill(el, ...children) {
+  el.replaceChildren();
+  appendAll(el, children);
+  return el;
+}
+
 /** Set text only when it changed (avoids needless layout work on polls). */
 export function setText(el, text) {
   const t = String(text);

@@ -2,7 +2,7 @@
 // second and updated in place (rows are keyed and only their text changes).
 
 import { getJSON, noteStatus } from "./api.js";
-import { card, clock, fmtInt, fmtSecs, h, s, setText, STAGES, STATUSES, statusBadge } from "./dom.js";
+import { card, clock, fill, fmtInt, fmtSecs, h, s, setText, STAGES, STATUSES, statusBadge } from "./dom.js";
 
 const POLL_MS = 1000;
 
@@ -268,7 +268,7 @@ function updateBackends(v, backends, paused) {
       row = { cells: {} };
       const c = row.cells;
       for (const k of ["id", "model", "kind", "url", "policy", "load", "state", "served", "failures", "error"]) {
-        c[k] = h("td", { class: ["policy", "served", "failures"].includes(k) ? "num" : k === "url" || k === "error" ? "clip" : null });
+        c[k] = h("td", { class: ["policy", "served", "failures"].includes(k) ? "num" : k === "url" ? "clip" : k === "error" ? "clip error" : k === "id" ? "id" : null });
       }
       row.tr = h("tr", { "data-testid": "backend-row", "data-backend-id": id }, Object.values(c));
       v.backendRows.set(id, row);
@@ -292,7 +292,6 @@ function updateBackends(v, backends, paused) {
 
 function fillBackend(c, b, id) {
   setText(c.id, id);
-  c.id.classList.add("mono");
   setText(c.model, b.model ?? "—");
   setText(c.kind, b.kind ?? "—");
   setText(c.url, b.url ?? "—");
@@ -304,7 +303,7 @@ function fillBackend(c, b, id) {
   if (c.load.dataset.key !== loadKey) {
     c.load.dataset.key = loadKey;
     const frac = max ? Math.min(1, inFlight / max) : 0;
-    c.load.replaceChildren(
+    fill(c.load,
       h("span", { class: "num-inline" }, max ? `${inFlight} / ${max}` : String(inFlight)),
       max ? h("span", { class: "minibar small" }, h("span", { class: "fill stage-run", style: { width: `${(frac * 100).toFixed(1)}%` } })) : null,
     );
@@ -312,7 +311,7 @@ function fillBackend(c, b, id) {
   const stateKey = `${b.healthy}|${b.draining}|${b.paused}`;
   if (c.state.dataset.key !== stateKey) {
     c.state.dataset.key = stateKey;
-    c.state.replaceChildren(
+    fill(c.state,
       b.healthy === false ? h("span", { class: "badge bad" }, "unhealthy") : h("span", { class: "badge good" }, "healthy"),
       b.draining ? h("span", { class: "badge warn-badge" }, "draining") : null,
       b.paused ? h("span", { class: "badge paused" }, "paused") : null,

@@ -48,8 +48,7 @@ function unixToLocal(unix) {
   if (unix === "" || !Number.isFinite(n)) return "";
   const d = new Date(n * 1000);
   const p = (x) => String(x).padStart(2, "0");
-  const secs = d.getSeconds() ? `:${p(d.getSeconds())}` : "";
-  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}${secs}`;
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
 }
 
 // ---- view -------------------------------------------------------------------------------------
@@ -149,8 +148,8 @@ function buildUI(st) {
   ui.rmax = num("filter-reward-max", "max", st.reward_max, "any");
   ui.vmin = num("filter-version-min", "min", st.policy_version_min, "1");
   ui.vmax = num("filter-version-max", "max", st.policy_version_max, "1");
-  ui.after = h("input", { type: "datetime-local", "data-testid": "filter-created-after", value: unixToLocal(st.created_after), step: 1 });
-  ui.before = h("input", { type: "datetime-local", "data-testid": "filter-created-before", value: unixToLocal(st.created_before), step: 1 });
+  ui.after = h("input", { type: "datetime-local", "data-testid": "filter-created-after", value: unixToLocal(st.created_after) });
+  ui.before = h("input", { type: "datetime-local", "data-testid": "filter-created-before", value: unixToLocal(st.created_before) });
   ui.clear = h("button", { type: "button", class: "btn" }, "clear");
   ui.error = h("div", { class: "error-inline", "data-testid": "jobs-error", role: "alert", hidden: true });
 
@@ -324,7 +323,7 @@ function jobRow(j) {
     h("td", { class: "mono clip" }, j.group_id ? h("a", { href: `#/groups/${encodeURIComponent(j.group_id)}`, title: j.group_id }, j.group_id) : opt(null)),
     h("td", null, opt(j.kind)),
     h("td", { class: "clip", title: j.task_id ?? "" }, opt(j.task_id)),
-    h("td", null, statusBadge(j.status), j.error_code ? h("span", { class: "errcode", title: "error code" }, j.error_code) : null),
+    h("td", { class: "nowrap" }, statusBadge(j.status), j.error_code ? h("span", { class: "errcode", title: "error code" }, j.error_code) : null),
     h("td", { class: `num reward ${rewardClass(j.reward)}` }, fmtReward(j.reward)),
     h("td", null, opt(j.exit_reason)),
     h("td", { class: "num" }, opt(j.policy_version, (v) => `v${v}`)),

@@ -48,9 +48,9 @@ export function tokenView(tokens, tokenText) {
   const legend = h(
     "div",
     { class: "legend tok-legend" },
-    h("span", { class: "legend-item" }, h("span", { class: "tok tok-prompt sample" }, "prompt")),
-    h("span", { class: "legend-item" }, "generated, darker = less likely: ", BUCKETS.map((b) => h("span", { class: `tok tok-gen ${b.cls} sample` }, b.label))),
-    h("span", { class: "legend-item" }, h("span", { class: "tok tok-obs sample" }, "observation (mask 0)")),
+    h("span", { class: "legend-item" }, h("span", { class: "tok-key key-prompt" }, "prompt")),
+    h("span", { class: "legend-item" }, "generated, darker = less likely: ", BUCKETS.map((b) => h("span", { class: `tok-key key-gen ${b.cls}` }, b.label))),
+    h("span", { class: "legend-item" }, h("span", { class: "tok-key key-obs" }, "observation (mask 0)")),
   );
   const info = h("span", { class: "muted small" });
   const prev = h("button", { type: "button", class: "btn small", "data-testid": "token-prev" }, "‹ prev");
