@@ -143,7 +143,8 @@ def test_a_token_mode_trajectory_has_each_tokens_text(
     server = server_factory()
     server.start()
     with (
-        ScriptedLLMServer(_SOLVE, tokenizer=tiny_model) as llm,
+        # Registration probes a token-mode backend with one generation: the first turn.
+        ScriptedLLMServer([{"content": "probe"}, *_SOLVE], tokenizer=tiny_model) as llm,
         RolloutClient(server.url) as client,
         httpx.Client(base_url=server.url, timeout=60) as http,
     ):
@@ -165,6 +166,7 @@ def test_a_token_mode_trajectory_has_each_tokens_text(
         tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
         at = len(tokens.prompt_ids)
         assert got.token_text[at] == tokenizer.decode([tokens.response_ids[0]])
+        assert [t.index for t in got.turns] == [1, 2]
         first = got.turns[0].info
         assert first is not None and first.generation is not None
         assert first.generation.start == at

@@ -11,6 +11,7 @@ def sign_in_page(problem: str | None = None) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>rollserve · sign in</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <style>
 body {{ font: 15px system-ui, sans-serif; background: #f5f6f8; color: #1d2330; }}
 form {{ max-width: 360px; margin: 12vh auto; background: #fff; padding: 24px 28px;

@@ -76,7 +76,7 @@ function buildSkeleton() {
     { class: "page fleet", "data-testid": "fleet" },
     h("div", { class: "page-head" }, v.title, v.meta, v.notReady, h("span", { class: "spacer" }), v.updated),
     v.offline,
-    h("div", { class: "fleet-grid" }, h("div", { class: "col" }, v.stagesCard, v.statusCard), h("div", { class: "col" }, v.chartCard)),
+    (v.grid = h("div", { class: "fleet-grid" }, h("div", { class: "col" }, v.stagesCard, v.statusCard), h("div", { class: "col" }, v.chartCard))),
     v.backendsCard,
   );
   return v;
@@ -92,6 +92,7 @@ function update(v, st) {
   v.stagesCard.hidden = offline;
   v.chartCard.hidden = offline;
   v.backendsCard.hidden = offline;
+  v.grid.classList.toggle("offline", offline);
 
   const bits = [];
   if (st.node) bits.push(st.node);

@@ -101,6 +101,7 @@ function showError(ui, err) {
   ui.error.hidden = false;
   ui.tbody.replaceChildren(h("tr", null, h("td", { colspan: COLS.length, class: "muted empty" }, "no results (see the error above)")));
   setText(ui.total, "—");
+  setText(ui.bottomTotal, "");
   ui.total.setAttribute("data-total", "");
   ui.prev.disabled = true;
   ui.next.disabled = true;

@@ -237,7 +237,7 @@ function renderTimeline(timing, status) {
             const pct = (p.v / total) * 100;
             return h("span", { class: `seg ${p.cls}`, style: { width: `${pct}%` }, title: `${p.label} ${fmtSecs(p.v)}` }, pct > 9 ? `${p.label} ${fmtSecs(p.v)}` : "");
           })
-      : h("span", { class: "muted small pad-x" }, "no timing yet"),
+      : h("span", { class: "muted small pad-x" }, TERMINAL.has(status) ? "no timing recorded" : "no timing yet"),
   );
   const legend = h(
     "div",

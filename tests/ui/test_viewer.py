@@ -1,0 +1,224 @@
+"""The web viewer in headless Chromium against a real server with real jobs: the sign-in and
+its 401, the fleet view updating as jobs move, filters narrowing the jobs table, a GRPO group,
+a trajectory whose tool call, output, reward and token mask match the job's JSON, and the
+offline viewer over a demo results file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rollserve.cli.demo_report import write_trajectories
+from rollserve.schema.jobs import JobView
+from tests.integration.conftest import ROOT
+from tests.servers import free_port
+from tests.ui.conftest import VIEWER, Viewer, open_page, shot, sign_in, submit_job
+
+
+def _ready(page: Any, testid: str) -> Any:
+    root = page.locator(f"[data-testid={testid}][data-ready='1']")
+    root.wait_for(timeout=15_000)
+    return root
+
+
+def _text(page: Any, selector: str) -> str:
+    return str(page.locator(selector).first.inner_text()).strip()
+
+
+def test_the_viewer_needs_a_token_and_a_read_only_one_is_enough(
+    browser: Any, viewer: Viewer
+) -> None:
+    page, _ = open_page(browser)
+    answer = page.goto(f"{viewer.url}/ui/")
+    assert answer is not None and answer.status == 401
+    assert page.locator("[data-testid=sign-in] #token").is_visible()
+    shot(page, "sign-in")
+    page.fill("#token", "not-a-token")
+    page.click("button[type=submit]")
+    assert "not one this server accepts" in page.content()
+    # The API refuses a page without the cookie, and the cookie never writes.
+    assert httpx.get(f"{viewer.url}/v1/jobs").status_code == 401
+    signed, errors = sign_in(browser, viewer)
+    _ready(signed, "fleet")
+    cookies = {c["name"]: c for c in signed.context.cookies()}
+    cookie = cookies["rollserve_token"]
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    jar = {"rollserve_token": VIEWER}
+    assert httpx.get(f"{viewer.url}/v1/jobs", cookies=jar).status_code == 200
+    write = httpx.post(f"{viewer.url}/v1/jobs", json=submit_job("w", "42"), cookies=jar)
+    assert write.status_code == 401
+    assert errors == []
+
+
+def test_the_fleet_view_updates_as_jobs_move(browser: Any, viewer: Viewer) -> None:
+    page, errors = sign_in(browser, viewer)
+    _ready(page, "fleet")
+    before = viewer.api("/v1/status")["jobs"].get("completed", 0)
+    counter = page.locator("[data-testid=status-count-completed]")
+    counter.wait_for()
+    assert int(counter.inner_text().replace(",", "")) == before
+    for stage in ("init", "run", "eval"):
+        row = page.locator(f"[data-testid=stage-{stage}]")
+        workers = viewer.api("/v1/status")["stages"][stage]["workers"]
+        assert _text(row, "[data-testid=workers]") == str(workers)
+    [backend] = viewer.api("/v1/llm/backends")
+    assert page.locator(f"[data-testid=backend-row][data-backend-id={backend['id']}]").count()
+    assert page.locator("[data-testid=throughput-chart]").count() == 1
+    page.evaluate("window.__kept = true")  # gone if the page reloaded
+    viewer.submit([submit_job(f"more-{i}", "42") for i in range(3)])
+    for i in range(3):
+        viewer.wait(f"more-{i}")
+    page.wait_for_function(
+        "n => Number(document.querySelector('[data-testid=status-count-completed]')"
+        ".innerText.replace(/,/g, '')) === n",
+        arg=before + 3,
+        timeout=15_000,
+    )
+    assert page.evaluate("window.__kept") is True
+    shot(page, "fleet")
+    assert errors == []
+
+
+def test_filters_narrow_the_jobs_table_and_a_group_shows_its_samples(
+    browser: Any, viewer: Viewer
+) -> None:
+    page, errors = sign_in(browser, viewer)
+    page.goto(f"{viewer.url}/ui/#/jobs")
+    table = _ready(page, "jobs")
+    total = viewer.api("/v1/jobs")["total"]
+    page.wait_for_function(
+        "n => document.querySelector('[data-testid=jobs-total]')?.dataset.total === String(n)",
+        arg=total,
+    )
+
+    def narrowed_to(expected: dict[str, Any]) -> None:
+        page.wait_for_function(
+            "n => document.querySelector('[data-testid=jobs-total]').dataset.total === String(n)",
+            arg=expected["total"],
+        )
+        rows = page.locator("[data-testid=job-row]")
+        shown = [rows.nth(i).get_attribute("data-job-id") for i in range(rows.count())]
+        assert shown == [j["job_id"] for j in expected["jobs"]]
+
+    page.fill("[data-testid=filter-kind]", "echo")
+    narrowed_to(viewer.api("/v1/jobs", kind="echo"))
+    page.fill("[data-testid=filter-reward-min]", "1")
+    narrowed_to(viewer.api("/v1/jobs", kind="echo", reward_min=1))
+    assert viewer.api("/v1/jobs", kind="echo", reward_min=1)["total"] == 2
+    page.fill("[data-testid=filter-kind]", "")
+    page.fill("[data-testid=filter-reward-min]", "")
+    page.select_option("[data-testid=filter-status]", "completed")
+    narrowed_to(viewer.api("/v1/jobs", status="completed"))
+    page.fill("[data-testid=filter-group]", "g1")
+    narrowed_to(viewer.api("/v1/jobs", status="completed", group_id="g1"))
+    assert "group_id=g1" in page.url  # the view is a link
+    shot(page, "jobs")
+    assert table.is_visible()
+
+    page.goto(f"{viewer.url}/ui/#/groups/g1")
+    _ready(page, "group")
+    samples = page.locator("[data-testid=group-sample]")
+    rewards = {
+        samples.nth(i).get_attribute("data-job-id"): float(
+            samples.nth(i).get_attribute("data-reward")
+        )
+        for i in range(samples.count())
+    }
+    assert rewards == {"g1-0": 1.0, "g1-1": 1.0, "g1-2": 0.0, "g1-3": 0.0}
+    shot(page, "group")
+    assert errors == []
+
+
+def test_a_trajectory_page_matches_the_jobs_json(browser: Any, viewer: Viewer) -> None:
+    job = viewer.api("/v1/jobs/solve")
+    result = job["result"]
+    tokens = result["tokens"]
+    page, errors = sign_in(browser, viewer)
+    page.goto(f"{viewer.url}/ui/#/jobs/solve")
+    root = _ready(page, "trajectory")
+    assert root.get_attribute("data-status") == "completed"
+    assert float(_text(page, "[data-testid=traj-reward]")) == result["reward"] == 1.0
+    assert _text(page, "[data-testid=traj-exit-reason]") == "submitted"
+    turns = page.locator("[data-testid=turn]")
+    assert turns.count() == result["turns"] == 2
+    call = turns.nth(0).locator("[data-testid=tool-call]")
+    assert call.get_attribute("data-tool") == "bash"
+    assert "echo $((6*7))" in call.inner_text()
+    tool_message = result["messages"][3]
+    assert tool_message["role"] == "tool"
+    output = turns.nth(0).locator("[data-testid=tool-output]").first.inner_text()
+    assert output.strip() == tool_message["content"].strip()
+    assert turns.nth(0).locator("[data-testid=exit-code]").first.inner_text().strip() == "0"
+    assert "policy" in turns.nth(0).inner_text() and "3" in turns.nth(0).inner_text()
+    # The token view: prompt, then the response coloured by its mask, as the JSON has them.
+    spans = page.locator("[data-testid=token-view] span.tok")
+    shown = spans.evaluate_all("s => s.map(t => [t.dataset.mask, Number(t.dataset.id)])")
+    expected = [["p", i] for i in tokens["prompt_ids"]]
+    expected += [
+        [str(m), i] for m, i in zip(tokens["response_mask"], tokens["response_ids"], strict=True)
+    ]
+    assert shown == expected[: len(shown)] and len(shown) == min(len(expected), 2000)
+    generated = page.locator("[data-testid=token-view] span.tok-gen")
+    observed = page.locator("[data-testid=token-view] span.tok-obs")
+    assert generated.count() == sum(tokens["response_mask"])
+    assert observed.count() == len(tokens["response_mask"]) - sum(tokens["response_mask"])
+    colours = generated.evaluate_all("s => s.map(t => getComputedStyle(t).backgroundColor)")
+    obs_colour = observed.first.evaluate("t => getComputedStyle(t).backgroundColor")
+    assert obs_colour not in colours  # generated and observation tokens look different
+    assert page.locator("[data-testid=evaluation]").count() == 1
+    assert page.locator("[data-testid=timeline]").count() == 1
+    link = page.locator("[data-testid=download-json]")
+    assert link.get_attribute("href") == "/v1/jobs/solve"
+    shot(page, "trajectory")
+    assert errors == []
+
+
+def test_the_offline_viewer_opens_a_demo_results_file(
+    browser: Any, viewer: Viewer, tmp_path: Path, tiny_model: Path
+) -> None:
+    views = [JobView.model_validate(j) for j in viewer.api("/v1/results", limit=1000)["results"]]
+    results = tmp_path / "demo" / "trajectories.jsonl"
+    write_trajectories(results, views)  # what the demo writes
+    port = free_port()
+    command = [sys.executable, "-m", "rollserve.cli.app", "view", str(results)]
+    command += ["--port", str(port), "--tokenizer", str(tiny_model)]
+    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_ready_ui(url), "the offline viewer did not start"
+        page, errors = open_page(browser)
+        page.goto(f"{url}/ui/#/jobs")
+        _ready(page, "jobs")
+        page.wait_for_function(
+            "n => document.querySelector('[data-testid=jobs-total]')?.dataset.total === String(n)",
+            arg=len(views),
+        )
+        shot(page, "offline-jobs")
+        page.goto(f"{url}/ui/#/jobs/solve")
+        _ready(page, "trajectory")
+        call = page.locator("[data-testid=tool-call]").first
+        assert "echo $((6*7))" in call.inner_text()
+        assert page.locator("[data-testid=token-view] span.tok").count() > 0
+        shot(page, "offline-trajectory")
+        assert errors == []
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def wait_ready_ui(url: str, timeout_s: float = 30) -> bool:
+    """The offline viewer has no /readyz: its page answering is its readiness."""
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        try:
+            if httpx.get(f"{url}/ui/", timeout=2).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    return False
