@@ -23,6 +23,7 @@ from rollserve.bench.shell import bench_shell
 from rollserve.bench.soak import bench_soak, soak_table
 from rollserve.bench.startup import check_backends
 from rollserve.bench.store import bench_store, store_table
+from rollserve.bench.viewer import bench_viewer, viewer_table
 from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
@@ -358,6 +359,21 @@ Token = Annotated[str | None, typer.Option("--token", help="bearer token")]
 
 
 app.command("view")(view_cmd)
+
+
+@bench_app.command("viewer")
+def bench_viewer_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="jobs in the store")] = 100_000,
+    repeats: Annotated[int, typer.Option("--repeats", min=1, help="asks per page")] = 20,
+) -> None:
+    """The web viewer's pages (jobs table filtered, sorted, paged; a group; a trajectory)
+    over a store of many jobs: the server's time per page."""
+    result = bench_viewer(jobs, repeats=repeats)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(viewer_table(result))
 
 
 @app.command("submit")

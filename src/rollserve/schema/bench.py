@@ -292,3 +292,30 @@ class SoakBenchResult(BaseModel):
     drift_pct: dict[str, float]  # fds, threads, rss_mib, processes: end against warm
     sandbox_dirs_left: int  # once every rollout has ended
     processes_left: int
+
+
+class ViewerPage(BaseModel):
+    """One page the viewer asks for, asked ``n`` times: its server time (``Server-Timing``)
+    and round trip on this machine, in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    path: str
+    total: int | None = None  # jobs matching, for a jobs page
+    server_ms_p50: float
+    server_ms_max: float
+    roundtrip_ms_p50: float
+    n: int
+
+
+class ViewerBenchResult(BaseModel):
+    """``rollserve bench viewer``: the web viewer's pages over a store of many jobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: int
+    store: str
+    fill_s: float
+    pages: list[ViewerPage]
+    goal_ms: float

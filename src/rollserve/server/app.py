@@ -14,6 +14,7 @@ from rollserve.pipeline.stages import Plugins
 from rollserve.server import errors
 from rollserve.server.guard import Guard, tokens
 from rollserve.server.routes import api, health, metrics_route
+from rollserve.server.timing import ServerTiming
 from rollserve.server.ui.routes import mount_ui
 from rollserve.settings import Settings
 
@@ -38,5 +39,6 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
     app.include_router(metrics_route)
     mount_ui(app, settings)
     app.add_middleware(Guard, settings=settings)
+    app.add_middleware(ServerTiming)  # added last: the outermost, timing the guard too
     errors.install(app)
     return app

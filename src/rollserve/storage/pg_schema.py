@@ -95,6 +95,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX jobs_status ON jobs (status, created);
     CREATE INDEX jobs_kind ON jobs (kind, created);
     CREATE INDEX jobs_reward ON jobs (reward);
+    CREATE INDEX jobs_exit ON jobs (exit_reason, created);
     CREATE INDEX jobs_version ON jobs (policy_version);
     CREATE INDEX jobs_finished_all ON jobs (finished);
     CREATE TABLE job_events (

@@ -29,12 +29,13 @@ _GENERATED = """
         STORED,
     turns INTEGER GENERATED ALWAYS AS (json_extract(result, '$.turns')) STORED,
     error_code TEXT GENERATED ALWAYS AS (json_extract(error, '$.code')) STORED""".strip()
+# The small columns come first: a filter or a claim reads them without going through the
+# overflow pages of a row's JSON (a trajectory can be megabytes).
 _JOBS = """
 CREATE TABLE IF NOT EXISTS {table} (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id TEXT NOT NULL UNIQUE,
     group_id TEXT,
-    request TEXT NOT NULL,
     priority INTEGER NOT NULL DEFAULT 0,
     stage TEXT NOT NULL,
     status TEXT NOT NULL,
@@ -43,16 +44,17 @@ CREATE TABLE IF NOT EXISTS {table} (
     lease_expires REAL,
     node TEXT,
     cancel_requested INTEGER NOT NULL DEFAULT 0,
-    stage_output TEXT,
-    result TEXT,
-    error TEXT,
-    timing TEXT NOT NULL DEFAULT '{{}}',
     created REAL NOT NULL,
     updated REAL NOT NULL,
     finished REAL,
     done_seq INTEGER UNIQUE,
     not_before REAL,
-    {generated}
+    {generated},
+    request TEXT NOT NULL,
+    stage_output TEXT,
+    result TEXT,
+    error TEXT,
+    timing TEXT NOT NULL DEFAULT '{{}}'
 );
 """
 # The columns a job is written with (the rest are generated from them).
@@ -69,6 +71,7 @@ CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created);
 CREATE INDEX IF NOT EXISTS jobs_status ON jobs (status, created);
 CREATE INDEX IF NOT EXISTS jobs_kind ON jobs (kind, created);
 CREATE INDEX IF NOT EXISTS jobs_reward ON jobs (reward);
+CREATE INDEX IF NOT EXISTS jobs_exit ON jobs (exit_reason, created);
 CREATE INDEX IF NOT EXISTS jobs_version ON jobs (policy_version);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished);
 CREATE TABLE IF NOT EXISTS job_events (

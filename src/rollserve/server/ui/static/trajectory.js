@@ -386,12 +386,12 @@ function renderEvaluation(t) {
     body = h("p", { class: "muted" }, TERMINAL.has(t.status) ? "no evaluation" : "not evaluated yet");
   } else if (typeof ev !== "object") {
     body = h("pre", { class: "json" }, pretty(ev));
-  } else if (kind === "swe" || kind === "swebench" || ev.tests || ev.fail_to_pass || ev.pass_to_pass) {
-    body = evalSwe(ev);
-  } else if (kind === "math" || "expected" in ev || "verified" in ev) {
-    body = evalMath(ev);
-  } else if (kind === "code") {
+  } else if (Array.isArray(ev.tests) || kind === "code") {
     body = evalCode(ev);
+  } else if (kind === "swe" || kind === "swebench" || ev.fail_to_pass || ev.pass_to_pass) {
+    body = evalSwe(ev);
+  } else if ("expected" in ev) {
+    body = evalAnswer(ev);
   } else {
     body = h("pre", { class: "json" }, pretty(ev));
   }
@@ -401,47 +401,72 @@ function renderEvaluation(t) {
       "div",
       { "data-testid": "evaluation" },
       h("div", { class: "kv-row" }, h("span", { class: "kv" }, h("span", { class: "k" }, "reward"), h("span", { class: `v reward big ${rewardClass(t.reward)}` }, fmtReward(t.reward))), h("span", { class: "kv" }, h("span", { class: "k" }, "exit reason"), h("span", { class: "v" }, t.exit_reason ?? "—"))),
+      ev && ev.reason ? h("p", { class: "bad-text", "data-testid": "evaluation-reason" }, String(ev.reason)) : null,
       body,
       ev !== null && ev !== undefined ? rawJSON("raw evaluation JSON", ev) : null,
     ),
   );
 }
 
-const TEST_CLS = { PASSED: "good", FAILED: "bad", ERROR: "bad", SKIPPED: "muted-badge" };
+// A test's status as rollserve's evaluators and the SWE-bench harness write it.
+function testStatus(value) {
+  const st = String(value).toUpperCase();
+  if (st === "PASSED" || st === "PASS" || st === "XFAIL") return "PASSED";
+  if (st === "SKIPPED") return "SKIPPED";
+  if (st === "ERROR") return "ERROR";
+  return st === "FAILED" || st === "FAIL" ? "FAILED" : st;
+}
 
+const TEST_CLS = { PASSED: "good", FAILED: "bad", ERROR: "bad", MISSING: "bad", SKIPPED: "muted-badge" };
+
+function testTable(rows) {
+  const counts = {};
+  for (const r of rows) counts[r.st] = (counts[r.st] || 0) + 1;
+  return [
+    h("div", { class: "test-summary" }, Object.entries(counts).map(([st, n]) => h("span", { class: `badge ${TEST_CLS[st] || "muted-badge"}` }, `${n} ${st.toLowerCase()}`))),
+    h(
+      "table",
+      { class: "grid tests" },
+      h("thead", null, h("tr", null, h("th", null, "set"), h("th", null, "test"), h("th", null, "result"), h("th", null, "note"))),
+      h(
+        "tbody",
+        null,
+        rows.map((r) =>
+          h(
+            "tr",
+            { class: `test-row t-${r.st.toLowerCase()}`, "data-testid": "test-row", "data-test": r.name, "data-outcome": r.st },
+            h("td", { class: "muted small" }, r.group),
+            h("td", { class: "mono" }, r.name),
+            h("td", null, h("span", { class: `badge ${TEST_CLS[r.st] || "muted-badge"}` }, r.st)),
+            h("td", { class: "small mono" }, r.note || ""),
+          ),
+        ),
+      ),
+    ),
+  ];
+}
+
+// swe / swebench: fail_to_pass and pass_to_pass map each test to its status.
 function evalSwe(ev) {
   const rows = [];
-  if (ev.tests && typeof ev.tests === "object") {
-    for (const [name, st] of Object.entries(ev.tests)) rows.push({ group: "tests", name, st: String(st).toUpperCase() });
-  }
   for (const key of ["fail_to_pass", "pass_to_pass"]) {
     const g = ev[key];
     if (!g || typeof g !== "object") continue;
-    for (const n of g.success || []) rows.push({ group: key, name: String(n), st: "PASSED" });
-    for (const n of g.failure || []) rows.push({ group: key, name: String(n), st: "FAILED" });
+    if (Array.isArray(g.success) || Array.isArray(g.failure)) {
+      for (const n of g.success || []) rows.push({ group: key, name: String(n), st: "PASSED" });
+      for (const n of g.failure || []) rows.push({ group: key, name: String(n), st: "FAILED" });
+    } else {
+      for (const [name, st] of Object.entries(g)) rows.push({ group: key, name, st: testStatus(st) });
+    }
   }
-  const counts = {};
-  for (const r of rows) counts[r.st] = (counts[r.st] || 0) + 1;
-  const scalars = Object.entries(ev).filter(([k, v]) => !["tests", "fail_to_pass", "pass_to_pass"].includes(k) && (v === null || typeof v !== "object"));
+  const skip = new Set(["fail_to_pass", "pass_to_pass", "reason", "test_output", "tests_status"]);
+  const scalars = Object.entries(ev).filter(([k, v]) => !skip.has(k) && (v === null || typeof v !== "object"));
   return h(
     "div",
     null,
     scalars.length ? h("div", { class: "kv-row" }, scalars.map(([k, v]) => h("span", { class: "kv" }, h("span", { class: "k" }, k), h("span", { class: `v ${v === true ? "good-text" : v === false ? "bad-text" : ""}` }, boolText(v))))) : null,
-    rows.length
-      ? [
-          h("div", { class: "test-summary" }, Object.entries(counts).map(([st, n]) => h("span", { class: `badge ${TEST_CLS[st] || "muted-badge"}` }, `${n} ${st.toLowerCase()}`))),
-          h(
-            "table",
-            { class: "grid tests" },
-            h("thead", null, h("tr", null, h("th", null, "set"), h("th", null, "test"), h("th", null, "result"))),
-            h(
-              "tbody",
-              null,
-              rows.map((r) => h("tr", { class: `test-row t-${r.st.toLowerCase()}` }, h("td", { class: "muted small" }, r.group), h("td", { class: "mono" }, r.name), h("td", null, h("span", { class: `badge ${TEST_CLS[r.st] || "muted-badge"}` }, r.st)))),
-            ),
-          ),
-        ]
-      : h("p", { class: "muted" }, "no test results"),
+    rows.length ? testTable(rows) : h("p", { class: "muted" }, "no test results"),
+    ev.test_output ? [h("div", { class: "role" }, "test output"), longText(String(ev.test_output), { class: "out" })] : null,
   );
 }
 
@@ -452,30 +477,43 @@ function boolText(v) {
   return String(v);
 }
 
-function evalMath(ev) {
-  const verified = ev.verified;
-  const line = h(
+// math, lookup: the answer taken, the reference, and whether they matched.
+function evalAnswer(ev) {
+  const correct = ev.correct ?? ev.verified;
+  return h(
     "div",
     { class: "math-line" },
     "answer ",
-    h("code", null, ev.answer === undefined ? "—" : String(ev.answer ?? "—")),
+    h("code", { "data-testid": "evaluation-answer" }, ev.answer === undefined || ev.answer === null ? "—" : String(ev.answer)),
     ", expected ",
-    h("code", null, ev.expected === undefined ? "—" : String(ev.expected ?? "—")),
+    h("code", null, ev.expected === undefined || ev.expected === null ? "—" : String(ev.expected)),
     ", verified ",
-    h("span", { class: verified === true ? "good-text big" : verified === false ? "bad-text big" : "muted" }, verified === true ? "✓" : verified === false ? "✗" : "?"),
+    h("span", { class: correct === true ? "good-text big" : correct === false ? "bad-text big" : "muted" }, correct === true ? "✓" : correct === false ? "✗" : "?"),
+    ev.source ? h("span", { class: "muted small" }, ` (from ${ev.source})`) : null,
   );
-  const extra = "extracted" in ev ? h("div", { class: "small" }, "extracted ", h("code", null, String(ev.extracted ?? "—"))) : null;
-  return h("div", null, line, extra);
 }
 
+// code: the judge's verdict on each hidden test.
 function evalCode(ev) {
-  const passed = ev.passed;
+  const tests = Array.isArray(ev.tests) ? ev.tests : [];
+  const rows = tests.map((t) => ({
+    group: ev.style || "test",
+    name: String(t.name ?? "?"),
+    st: testStatus(t.outcome ?? "?"),
+    note: [t.message, t.exit_code !== undefined ? `exit ${t.exit_code}` : null, t.duration_s !== undefined ? `${t.duration_s} s` : null].filter(Boolean).join(" · "),
+  }));
+  const tails = tests.filter((t) => t.stderr_tail || t.stdout_tail);
   return h(
     "div",
     null,
-    "passed" in ev ? h("div", { class: "kv-row" }, h("span", { class: "kv" }, h("span", { class: "k" }, "passed"), h("span", { class: `v ${passed === true ? "good-text" : passed === false ? "bad-text" : ""}` }, boolText(passed)))) : null,
-    ev.output !== undefined && ev.output !== null ? [h("div", { class: "role" }, "judge output"), longText(String(typeof ev.output === "string" ? ev.output : pretty(ev.output)), { class: "out" })] : null,
-    ev.error ? [h("div", { class: "role bad-text" }, "error"), longText(String(typeof ev.error === "string" ? ev.error : pretty(ev.error)), { class: "out err" })] : null,
+    h(
+      "div",
+      { class: "kv-row" },
+      h("span", { class: "kv" }, h("span", { class: "k" }, "passed"), h("span", { class: `v ${ev.passed === true ? "good-text" : ev.passed === false ? "bad-text" : ""}` }, boolText(ev.passed))),
+      ev.tests_total !== undefined ? h("span", { class: "kv" }, h("span", { class: "k" }, "tests"), h("span", { class: "v" }, `${ev.tests_passed ?? "?"} / ${ev.tests_total}`)) : null,
+    ),
+    rows.length ? testTable(rows) : null,
+    tails.map((t) => [h("div", { class: "role" }, `judge output · ${t.name}`), longText(String(t.stderr_tail || t.stdout_tail), { class: "out err" })]),
   );
 }
 
