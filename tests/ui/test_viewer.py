@@ -170,7 +170,7 @@ def test_a_trajectory_page_matches_the_jobs_json(browser: Any, viewer: Viewer) -
     colours = generated.evaluate_all("s => s.map(t => getComputedStyle(t).backgroundColor)")
     obs_colour = observed.first.evaluate("t => getComputedStyle(t).backgroundColor")
     assert obs_colour not in colours  # generated and observation tokens look different
-    assert page.locator("[data-testid=evaluation]").count() == 1
+    assert _text(page, "[data-testid=evaluation-answer]") == result["evaluation"]["answer"]
     assert page.locator("[data-testid=timeline]").count() == 1
     link = page.locator("[data-testid=download-json]")
     assert link.get_attribute("href") == "/v1/jobs/solve"
@@ -182,6 +182,7 @@ def test_the_offline_viewer_opens_a_demo_results_file(
     browser: Any, viewer: Viewer, tmp_path: Path, tiny_model: Path
 ) -> None:
     views = [JobView.model_validate(j) for j in viewer.api("/v1/results", limit=1000)["results"]]
+    views += _made_up_views()  # what this server's jobs do not show: a failure, a patch
     results = tmp_path / "demo" / "trajectories.jsonl"
     write_trajectories(results, views)  # what the demo writes
     port = free_port()
@@ -205,10 +206,68 @@ def test_the_offline_viewer_opens_a_demo_results_file(
         assert "echo $((6*7))" in call.inner_text()
         assert page.locator("[data-testid=token-view] span.tok").count() > 0
         shot(page, "offline-trajectory")
+        page.goto(f"{url}/ui/#/jobs/broken")
+        _ready(page, "trajectory")
+        failure = page.locator("[data-testid=job-error]").inner_text()
+        assert "sandbox_died" in failure and "the sandbox died mid-command" in failure
+        shot(page, "offline-failed")
+        page.goto(f"{url}/ui/#/jobs/patched")
+        _ready(page, "trajectory")
+        added = page.locator("[data-testid=patch] .d-add").all_inner_texts()
+        assert [line.strip() for line in added] == ["+a = 2"]
+        outcomes = page.locator("[data-testid=test-row]").evaluate_all(
+            "rows => rows.map(r => [r.dataset.test, r.dataset.outcome])"
+        )
+        assert outcomes == [["test_fixed", "PASSED"], ["test_kept", "FAILED"]]
+        shot(page, "offline-swe")
         assert errors == []
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def _made_up_views() -> list[JobView]:
+    """A job that failed (no result, an error) and a repository task with its patch."""
+    patch = "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1 +1 @@\n"
+    patch += "-a = 1\n+a = 2\n"
+    evaluation = {
+        "applied": "git apply",
+        "fail_to_pass": {"test_fixed": "passed"},
+        "pass_to_pass": {"test_kept": "failed"},
+        "test_output": "1 passed, 1 failed",
+    }
+    messages = [
+        {"role": "system", "content": "Fix the bug."},
+        {"role": "user", "content": "a should be 2"},
+        {"role": "assistant", "content": "Done.", "tool_calls": []},
+    ]
+    return [
+        JobView.model_validate(
+            {
+                "job_id": "broken",
+                "kind": "math",
+                "status": "failed",
+                "attempts": 3,
+                "error": {"code": "sandbox_died", "message": "the sandbox died mid-command"},
+            }
+        ),
+        JobView.model_validate(
+            {
+                "job_id": "patched",
+                "kind": "swe",
+                "status": "completed",
+                "attempts": 1,
+                "result": {
+                    "reward": 0.0,
+                    "exit_reason": "submitted",
+                    "evaluation": evaluation,
+                    "messages": messages,
+                    "turns": 1,
+                    "patch": patch,
+                },
+            }
+        ),
+    ]
 
 
 def wait_ready_ui(url: str, timeout_s: float = 30) -> bool:

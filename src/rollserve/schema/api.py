@@ -71,8 +71,8 @@ class JobQuery(WireModel):
     group_id: str | None = Field(None, min_length=1, max_length=200)
     kind: str | None = Field(None, min_length=1, max_length=100)
     exit_reason: list[ExitReason] = Field(default_factory=list, description="any of these")
-    reward_min: float | None = None
-    reward_max: float | None = None
+    reward_min: float | None = Field(None, allow_inf_nan=False)
+    reward_max: float | None = Field(None, allow_inf_nan=False)
     policy_version_min: int | None = Field(None, ge=0, le=2**62)
     policy_version_max: int | None = Field(None, ge=0, le=2**62)
     created_after: float | None = Field(None, ge=0, le=1e11, description="unix seconds")
