@@ -85,6 +85,8 @@ def test_a_running_job_shows_its_turns_and_the_finished_one_each_turns_details(
         assert done.created is not None and done.finished is not None
         assert done.timing.run_s > 0 and done.tokens is None and done.token_text is None
 
+        timed = http.get("/v1/jobs/live/trajectory").headers["server-timing"]
+        assert timed.startswith("app;dur=") and float(timed.partition("dur=")[2]) > 0
         missing = http.get("/v1/jobs/nothing/trajectory")
         assert missing.status_code == 404 and missing.json()["error"]["code"] == "job_not_found"
 
