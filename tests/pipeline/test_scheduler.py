@@ -125,7 +125,7 @@ async def test_run_timeout_keeps_the_partial_episode_and_evaluates_it(
         result = RolloutResult.model_validate(record.result)
         assert record.status == JobStatus.COMPLETED
         assert (result.exit_reason, result.reward, result.turns) == ("timeout", 0.0, 1)
-        assert result.messages[1]["content"] == "started\n"
+        assert result.messages[1].content == "started\n"
         assert result.evaluation == {"matched": False}
 
 

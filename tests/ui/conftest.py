@@ -32,9 +32,11 @@ SOLVE = [
 ]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Headless Chromium; missing Chromium skips here and fails in CI."""
+    """Headless Chromium; missing Chromium skips here and fails in CI. One per module: while
+    Playwright's synchronous API is open it holds an event loop in the thread, which the
+    asynchronous tests that a worker runs next need free."""
     if shutil.which(CHROMIUM) is None:
         message = f"{CHROMIUM} is not installed (make setup installs Debian's chromium)"
         if Settings().ci:

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest
-from rollserve.schema.tokens import Tokens
+from rollserve.schema.tokens import Tokens, TurnInfo
 from rollserve.schema.trajectory import TurnLog
 from rollserve.tasks.base import RunOutput
 
@@ -37,10 +37,11 @@ class RunContext:
     on_turn: TurnHook | None = None
     started: float = field(default_factory=time.monotonic)
 
-    def begin_turn(self, info: Any) -> TurnLog:
-        """Count a model turn and start its log (``info``: the turn's TurnInfo)."""
+    def begin_turn(self, info: TurnInfo, started_s: float) -> TurnLog:
+        """Count a model turn and start its log (``started_s``: when its model call began,
+        in seconds since the episode started)."""
         self.turns += 1
-        log = TurnLog(turn=self.turns, info=info)
+        log = TurnLog(turn=self.turns, started_s=started_s, info=info)
         self.turn_log.append(log)
         return log
 

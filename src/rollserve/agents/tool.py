@@ -120,10 +120,8 @@ class _Episode:
             if turn is None:
                 return context.output(ExitReason.MAX_TOKENS)
             parsed, info, generated = turn
-            log = context.begin_turn(info)
-            log.started_s = began
-            assistant = _assistant(parsed)
-            context.messages.append(assistant)
+            log = context.begin_turn(info, began)
+            context.messages.append(_assistant(parsed))
             ended = await self.turn(toolbox, parsed, log, generated)
             if ended is not None:
                 return context.output(ended)
