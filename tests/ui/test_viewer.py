@@ -5,9 +5,12 @@ offline viewer over a demo results file."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -185,13 +188,7 @@ def test_the_offline_viewer_opens_a_demo_results_file(
     views += _made_up_views()  # what this server's jobs do not show: a failure, a patch
     results = tmp_path / "demo" / "trajectories.jsonl"
     write_trajectories(results, views)  # what the demo writes
-    port = free_port()
-    command = [sys.executable, "-m", "rollserve.cli.app", "view", str(results)]
-    command += ["--port", str(port), "--tokenizer", str(tiny_model)]
-    proc = subprocess.Popen(command, cwd=ROOT, stderr=subprocess.PIPE)
-    try:
-        url = f"http://127.0.0.1:{port}"
-        assert wait_ready_ui(url), "the offline viewer did not start"
+    with offline_viewer(results, "--tokenizer", str(tiny_model)) as url:
         page, errors = open_page(browser)
         page.goto(f"{url}/ui/#/jobs")
         _ready(page, "jobs")
@@ -221,6 +218,71 @@ def test_the_offline_viewer_opens_a_demo_results_file(
         assert outcomes == [["test_fixed", "PASSED"], ["test_kept", "FAILED"]]
         shot(page, "offline-swe")
         assert errors == []
+
+
+def test_a_long_trajectory_is_shown_a_page_at_a_time(browser: Any, tmp_path: Path) -> None:
+    """120 turns, a 100,000-character tool output, 20,000 tokens: the page renders 50 turns,
+    the output's head and tail, 2,000 tokens, and more on demand."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "a long task"},
+    ]
+    for turn in range(120):
+        arguments = json.dumps({"command": f"step {turn}"})
+        call = {
+            "id": f"c{turn}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": arguments},
+        }
+        output = "".join(f"line {i}\n" for i in range(12_000)) if turn == 0 else f"out {turn}"
+        messages += [
+            {"role": "assistant", "content": f"turn {turn}", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{turn}", "name": "bash", "content": output},
+        ]
+    response = list(range(15_000))
+    tokens = {
+        "prompt_ids": list(range(100_000, 105_000)),
+        "response_ids": response,
+        "response_mask": [i % 2 for i in response],
+        "response_logprobs": [-0.5 * (i % 2) for i in response],
+    }
+    result = {"reward": 1.0, "exit_reason": "max_turns", "messages": messages, "turns": 120}
+    view = {"job_id": "long", "status": "completed", "result": {**result, "tokens": tokens}}
+    path = tmp_path / "long.jsonl"
+    path.write_text(json.dumps(view) + "\n")
+    with offline_viewer(path) as url:
+        page, errors = open_page(browser)
+        page.goto(f"{url}/ui/#/jobs/long")
+        _ready(page, "trajectory")
+        turns = page.locator("[data-testid=turn]")
+        assert turns.count() == 50 and "120" in page.inner_text("body")
+        first = turns.nth(0).locator("[data-testid=tool-output]").first
+        assert len(first.inner_text()) < 20_000 and "line 11999" in first.inner_text()
+        first.locator("button.show-all").click()
+        assert "line 6000\n" in first.inner_text()
+        spans = page.locator("[data-testid=token-view] span.tok")
+        assert spans.count() == 2000
+        assert spans.first.get_attribute("data-id") == "100000"
+        page.click("[data-testid=token-next]")
+        page.wait_for_function(
+            "() => document.querySelector('[data-testid=token-view] span.tok').dataset.id"
+            " === '102000'"
+        )
+        assert spans.count() == 2000
+        shot(page, "long-trajectory")
+        assert errors == []
+
+
+@contextlib.contextmanager
+def offline_viewer(results: Path, *flags: str) -> Iterator[str]:
+    """``rollserve view RESULTS`` on a free port; its URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "rollserve.cli.app", "view", str(results)]
+    proc = subprocess.Popen([*command, "--port", str(port), *flags], cwd=ROOT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert wait_ready_ui(url), "the offline viewer did not start"
+        yield url
     finally:
         proc.terminate()
         proc.wait(timeout=20)
