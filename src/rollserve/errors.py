@@ -196,6 +196,15 @@ class BackendRequestError(InfrastructureError):
 
     code = "backend_request_refused"
 
+    @property
+    def final(self) -> bool:
+        """A 4xx that the same request would meet again (not a timeout, a conflict or a rate
+        limit): no retry."""
+        status = self.details.get("status")
+        return (
+            isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 425, 429)
+        )
+
 
 class SandboxStartError(InfrastructureError):
     """A sandbox or its shell failed to start."""

@@ -255,6 +255,35 @@ async def test_a_cancel_made_through_the_store_alone_stops_the_work(
         _no_sandboxes_left(pipe)
 
 
+async def test_a_job_cancelled_elsewhere_while_it_waits_for_the_run_pool_frees_its_sandbox(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    # Made by init and waiting for the one run worker, the job holds no lease: no heartbeat
+    # stops it, yet the sandbox made for it must go once another node cancels it.
+    async with pipeline_factory(init_workers=2, run_workers=1) as pipe:
+        ids = pipe.submit(
+            echo_request("busy", commands=["sleep 60"]),
+            echo_request("waiting", commands=["sleep 60"]),
+        )
+        for job_id in ids:
+            await pipe.until(job_id, lambda r: r.status == JobStatus.RUNNING)
+        records = [pipe.store.get(job_id) for job_id in ids]
+        [waiting] = [r.job_id for r in records if r is not None and r.lease_owner is None]
+        assert len(pipe.sandboxes.live) == 2
+        pipe.store.cancel(waiting)
+        end = time.monotonic() + 10
+        while len(pipe.sandboxes.live) != 1:
+            assert time.monotonic() < end, "the cancelled job's sandbox was kept"
+            await asyncio.sleep(0.05)
+        [running] = [job_id for job_id in ids if job_id != waiting]
+        pipe.store.cancel(running)
+        await pipe.wait([running], timeout=20)
+        end = time.monotonic() + 10
+        while pipe.sandboxes.live:
+            assert time.monotonic() < end, "the running job's sandbox was kept"
+            await asyncio.sleep(0.05)
+
+
 async def test_init_runs_ahead_of_the_run_pool_by_the_init_pool_at_most(
     pipeline_factory: Callable[..., Any],
 ) -> None:

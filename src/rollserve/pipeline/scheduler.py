@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from rollserve.agents.base import TurnHook
 from rollserve.errors import (
     BackendRequestError,
     InfrastructureError,
@@ -38,13 +37,13 @@ from rollserve.errors import (
     StoreUnavailableError,
 )
 from rollserve.pipeline.changes import Changes
+from rollserve.pipeline.events import turn_recorder
 from rollserve.pipeline.figures import Figures
 from rollserve.pipeline.fleet import node_alive, node_name, owner_id
 from rollserve.pipeline.room import DataDirRoom
-from rollserve.pipeline.stages import StageRunner
+from rollserve.pipeline.stages import StageRunner, stage_timeout
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
-from rollserve.schema.trajectory import TurnLog
 from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
 from rollserve.tasks.base import RunOutput
@@ -72,6 +71,7 @@ class Scheduler:
         self.node = owner_id(settings)  # the lease owner
         self.name = node_name(settings)
         self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
+        self._closing: dict[str, SandboxInstance] = {}  # sandboxes whose close is under way
         self._active: dict[str, asyncio.Task[Any]] = {}
         # The stage each job of this node is at work on, until it is handed back to the store
         # (advanced, requeued, finished): a claim of such a job for that stage is this node's
@@ -160,11 +160,15 @@ class Scheduler:
         self.changes.notify()
 
     async def _release(self, job_id: str) -> None:
-        """Close the sandbox the job holds on this node, if any: room for init to make another."""
-        sandbox = self._held.pop(job_id, None)
+        """Close the sandbox the job holds on this node, if any: room for init to make another.
+        A close already under way (its caller was cancelled mid-close) is waited for, so that
+        a cancelled job ends only once its sandbox is gone."""
+        sandbox = self._held.pop(job_id, None) or self._closing.get(job_id)
         self.wake(Stage.INIT)
         if sandbox is not None:
+            self._closing[job_id] = sandbox
             await self.runner.sandboxes.close(sandbox)
+            self._closing.pop(job_id, None)
 
     # -- workers ---------------------------------------------------------------------------------
 
@@ -278,6 +282,16 @@ class Scheduler:
                 self.store_error = None
             for job_id in stop:
                 work[job_id].cancel()
+            await self._drop_ended()
+
+    async def _drop_ended(self) -> None:
+        """Close the sandboxes made for jobs that ended while they waited for the run pool:
+        cancelled through another node, they hold no lease, and no heartbeat tells of them."""
+        for job_id in [j for j in self._held if j not in self._active]:
+            record = await self._store(self.store.get, job_id)
+            if (record is None or record.stage == Stage.DONE) and job_id not in self._active:
+                await self._release(job_id)
+                self.changes.notify()
 
     async def _lease_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Run a store call on the lease thread: no other work can make a heartbeat late."""
@@ -339,7 +353,7 @@ class Scheduler:
             else:
                 await self._eval(job, request, started)
         except BackendRequestError as exc:
-            if _refused(exc):  # the same request would be refused again: no retry
+            if exc.final:  # the same request would be refused again: no retry
                 await self._fail(job, exc)
             else:
                 await self._infrastructure_failure(stage, job, exc)
@@ -364,7 +378,7 @@ class Scheduler:
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
         await self.runner.admitted(request)  # a pause may hold new jobs of its model
         started = time.monotonic()
-        async with asyncio.timeout(_timeout(request, "init_s", self.settings.init_timeout_s)):
+        async with asyncio.timeout(stage_timeout(request, "init_s", self.settings.init_timeout_s)):
             sandbox = await self.runner.init(request)
         self._held[job.job_id] = sandbox
         queued = max(0.0, time.time() - job.created - (time.monotonic() - started))
@@ -393,8 +407,8 @@ class Scheduler:
                 job.job_id,
                 request,
                 sandbox,
-                _timeout(request, "run_s", self.settings.run_timeout_s),
-                on_turn=self._recorder(job),
+                stage_timeout(request, "run_s", self.settings.run_timeout_s),
+                on_turn=turn_recorder(self.store, job),
             )
         finally:
             await self._release(job.job_id)  # before evaluation starts
@@ -414,21 +428,6 @@ class Scheduler:
         )
         self.wake(Stage.EVAL)
 
-    def _recorder(self, job: JobRecord) -> TurnHook:
-        """Appends the episode's turns to the store as they end, for whoever watches the job
-        run; a store that does not answer loses the event, never the job."""
-
-        async def told(turn: int, messages: list[dict[str, Any]], entry: TurnLog | None) -> None:
-            data = {"messages": messages, "log": entry.model_dump(mode="json") if entry else None}
-            try:
-                await asyncio.to_thread(
-                    self.store.append_event, job.job_id, job.attempts, turn, data
-                )
-            except StoreUnavailableError as exc:
-                log.warning("job %s: turn %d not recorded: %s", job.job_id, turn, exc.message)
-
-        return told
-
     async def _eval(self, job: JobRecord, request: JobRequest, started: float) -> None:
         output = RunOutput.from_json(job.stage_output or {})
         await self._complete(job, request, output, {}, evaluate=True, started=started)
@@ -443,7 +442,7 @@ class Scheduler:
         evaluate: bool,
         started: float | None = None,
     ) -> None:
-        limit = _timeout(request, "eval_s", self.settings.eval_timeout_s)
+        limit = stage_timeout(request, "eval_s", self.settings.eval_timeout_s)
         if evaluate:
             begun = started or time.monotonic()
             try:
@@ -495,15 +494,3 @@ class Scheduler:
         self._working.pop(job.job_id, None)
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
         self.figures.job_ended(status.value)
-
-
-def _refused(exc: BackendRequestError) -> bool:
-    """A backend's 4xx that the same request would meet again (not a timeout, a conflict or
-    a rate limit)."""
-    status = exc.details.get("status")
-    return isinstance(status, int) and 400 <= status < 500 and status not in (408, 409, 425, 429)
-
-
-def _timeout(request: JobRequest, name: str, default: float) -> float:
-    value = getattr(request.timeouts, name, None) if request.timeouts else None
-    return float(value) if value is not None else default

@@ -46,6 +46,13 @@ def validate(request: JobRequest, plugins: Plugins, sandboxes: SandboxManager) -
         sandboxes.backends.get(request.task.sandbox.backend)
 
 
+def stage_timeout(request: JobRequest, name: str, default: float) -> float:
+    """The job's active-time limit for a stage (``init_s``, ``run_s``, ``eval_s``), or the
+    server's ``default``."""
+    value = getattr(request.timeouts, name, None) if request.timeouts else None
+    return float(value) if value is not None else default
+
+
 def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
     """The sandbox spec from the server's defaults and the task's own choices."""
     ref = request.task.sandbox
