@@ -252,6 +252,12 @@ async def test_a_cancel_made_through_the_store_alone_stops_the_work(
         pipe.store.cancel(job_id)
         [record] = await pipe.wait([job_id], timeout=20)
         assert record.status == JobStatus.CANCELLED
+        # A job cancelled while it waited between init and run ends in the store at once; its
+        # node learns of it at its next heartbeat (a third of the lease) and closes the sandbox.
+        end = time.monotonic() + 10
+        while pipe.sandboxes.live:
+            assert time.monotonic() < end, "the cancelled job's sandbox was kept"
+            await asyncio.sleep(0.05)
         _no_sandboxes_left(pipe)
 
 
