@@ -18,9 +18,10 @@ import httpx
 
 from rollserve.cli.demo_report import write_trajectories
 from rollserve.schema.jobs import JobView
+from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import ROOT
 from tests.servers import free_port
-from tests.ui.conftest import VIEWER, Viewer, open_page, shot, sign_in, submit_job
+from tests.ui.conftest import MATH, SOLVE, VIEWER, Viewer, open_page, shot, sign_in, submit_job
 
 
 def _ready(page: Any, testid: str) -> Any:
@@ -179,6 +180,37 @@ def test_a_trajectory_page_matches_the_jobs_json(browser: Any, viewer: Viewer) -
     assert link.get_attribute("href") == "/v1/jobs/solve"
     shot(page, "trajectory")
     assert errors == []
+
+
+def test_a_running_job_is_watched_turn_by_turn(browser: Any, viewer: Viewer) -> None:
+    """A text-mode rollout whose model takes 2 s a turn: its page shows the first turn while
+    the second is being generated, then the finished trajectory, without a reload."""
+    with ScriptedLLMServer(SOLVE, delay_s=2.0, model="slow") as slow:
+        spec = {"id": "slow", "kind": "openai", "url": slow.url, "model": "slow"}
+        assert viewer.admin.post("/v1/llm/backends", json=spec).status_code == 201
+        try:
+            task = {"task_id": "six-slowly", **MATH}
+            viewer.submit([{"job_id": "watched", "task": task, "model": "slow"}])
+            page, errors = sign_in(browser, viewer)
+            page.goto(f"{viewer.url}/ui/#/jobs/watched")
+            _ready(page, "trajectory")
+            page.locator("[data-testid=traj-live]").wait_for(timeout=20_000)
+            page.locator("[data-testid=turn]").first.wait_for(timeout=20_000)
+            assert page.locator("[data-testid=turn]").count() == 1  # the second is on its way
+            assert "echo $((6*7))" in page.locator("[data-testid=tool-call]").first.inner_text()
+            shot(page, "live-trajectory")
+            page.evaluate("window.__kept = true")
+            page.wait_for_function(
+                "() => document.querySelector('[data-testid=trajectory]').dataset.status"
+                " === 'completed'",
+                timeout=30_000,
+            )
+            assert page.locator("[data-testid=traj-live]").count() == 0
+            assert page.locator("[data-testid=turn]").count() == 2
+            assert page.evaluate("window.__kept") is True
+            assert errors == []
+        finally:
+            viewer.admin.delete("/v1/llm/backends/slow")
 
 
 def test_the_offline_viewer_opens_a_demo_results_file(
