@@ -101,7 +101,19 @@ def test_events_come_back_in_order_and_go_with_the_job(store: Store, clock: Cloc
     assert found[1].data == {"messages": [{"role": "assistant", "content": "x"}]}
     assert found[0].seq < found[1].seq < found[2].seq
     assert store.events("other") == []
-    _end(store, "e", JobStatus.COMPLETED, result=_result(1.0, "submitted", None))
+    _end(store, "e", JobStatus.FAILED, error={"code": "sandbox_died", "message": "gone"})
+    assert len(store.events("e")) == 3  # a failed job's turns are all it has to show
     clock.now += 100
     assert store.purge(clock.now) == 1
     assert store.events("e") == []
+
+
+def test_a_result_replaces_the_events_of_its_turns(store: Store, clock: Clock) -> None:
+    _submit(store, clock, "r", "math")
+    store.append_event("r", 1, 0, {"messages": []})
+    _end(store, "r", JobStatus.COMPLETED, result=_result(1.0, "submitted", None))
+    assert store.events("r") == []
+    _submit(store, clock, "c", "math")  # ended with no result by a cancel: kept
+    store.append_event("c", 1, 0, {"messages": []})
+    store.cancel("c")
+    assert len(store.events("c")) == 1

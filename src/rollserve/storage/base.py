@@ -251,8 +251,9 @@ class JobStore(Protocol):
         ...
 
     def append_event(self, job_id: str, attempt: int, turn: int, data: dict[str, Any]) -> None:
-        """Keep one event of a running episode (its turn ``turn`` of attempt ``attempt``);
-        they go when the job is purged."""
+        """Keep one event of a running episode (its turn ``turn`` of attempt ``attempt``).
+        They go when the job ends with a result (which holds the whole trajectory), or when a
+        job that ended without one is purged."""
         ...
 
     def events(self, job_id: str) -> list[JobEvent]:

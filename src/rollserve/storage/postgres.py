@@ -279,7 +279,10 @@ class PostgresJobStore(PgBrowsing):
                 " updated = t.now, finished = t.now, done_seq = (SELECT nextval('jobs_done_seq')"
                 " FROM (SELECT pg_advisory_xact_lock(%(lock)s)) AS l) FROM t"
                 f" WHERE job_id = %(id)s AND lease_owner = %(owner)s AND {_UNFINISHED}"
-                " RETURNING 1)"
+                " RETURNING 1),"
+                # the result holds the whole trajectory: no second copy of its turns
+                " dropped AS (DELETE FROM job_events WHERE job_id = %(id)s"
+                " AND %(result)s::jsonb IS NOT NULL AND EXISTS (SELECT 1 FROM done))"
                 " SELECT (SELECT count(*) FROM done) AS n,"
                 " (SELECT count(pg_notify(%(channel)s, 'done')) FROM done)",
                 {
@@ -325,6 +328,8 @@ class PostgresJobStore(PgBrowsing):
                     row["seq"],
                 ),
             )
+            if result is not None:
+                cur.execute("DELETE FROM job_events WHERE job_id = %s", (job_id,))
             self._notify(cur, "done")
 
     def requeue(

@@ -231,6 +231,8 @@ class SqliteJobStore(SqliteBrowsing):
                     row["seq"],
                 ),
             )
+            if result is not None:  # the result holds the whole trajectory: no second copy
+                db.execute("DELETE FROM job_events WHERE job_id = ?", (job_id,))
 
     def requeue(
         self,
