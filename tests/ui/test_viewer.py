@@ -9,7 +9,6 @@ import contextlib
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import httpx
 
 from rollserve.cli.demo_report import write_trajectories
+from rollserve.client import wait_ready
 from rollserve.schema.jobs import JobView
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import ROOT
@@ -313,7 +313,7 @@ def offline_viewer(results: Path, *flags: str) -> Iterator[str]:
     proc = subprocess.Popen([*command, "--port", str(port), *flags], cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"
-        assert wait_ready_ui(url), "the offline viewer did not start"
+        assert wait_ready(url, 30), "the offline viewer did not start"
         yield url
     finally:
         proc.terminate()
@@ -362,16 +362,3 @@ def _made_up_views() -> list[JobView]:
             }
         ),
     ]
-
-
-def wait_ready_ui(url: str, timeout_s: float = 30) -> bool:
-    """The offline viewer has no /readyz: its page answering is its readiness."""
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        try:
-            if httpx.get(f"{url}/ui/", timeout=2).status_code == 200:
-                return True
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    return False

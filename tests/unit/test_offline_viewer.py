@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from rollserve.client.parquet import read_results
 from rollserve.errors import InvalidInputError
 from rollserve.schema.api import JobQuery
-from rollserve.server.ui.offline import create_offline_app, page, read_results, summary
+from rollserve.server.ui.offline import create_offline_app, page, summary
 
 
 def _view(job_id: str, kind: str, created: float, **fields: Any) -> dict[str, Any]:

@@ -44,17 +44,26 @@ class VerlExport(BaseModel):
 
 
 def read_results(path: Path) -> list[JobView]:
-    """Finished jobs from a JSONL file, one ``JobView`` a line (``rollserve submit --out``)."""
+    """Jobs from a JSONL results file, one ``JobView`` a line (``rollserve submit --out``, the
+    demo's ``trajectories.jsonl``); a line that is not one names its number and field."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise InvalidInputError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
     jobs = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
             jobs.append(JobView.model_validate_json(line))
         except ValidationError as exc:
             problem = exc.errors()[0]
-            where = ".".join(str(p) for p in problem["loc"])
-            raise InvalidInputError(f"{path}:{number}: {problem['msg']} at {where}") from exc
+            where = ".".join(str(p) for p in problem["loc"]) or "the line"
+            raise InvalidInputError(
+                f"{path}:{number}: not a job view ({where}: {problem['msg']})",
+                path=str(path),
+                line=number,
+            ) from None
     return jobs
 
 

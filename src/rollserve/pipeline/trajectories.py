@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rollserve.schema.api import Trajectory
-from rollserve.schema.jobs import JobView
+from rollserve.schema.jobs import TERMINAL, JobView
 from rollserve.schema.trajectory import Message, TurnLog, split_turns
 from rollserve.storage.browse import JobEvent
 
@@ -47,8 +47,5 @@ def build_trajectory(view: JobView, *, events: Sequence[JobEvent] = ()) -> Traje
         if event.data.get("log"):
             logs.append(TurnLog.model_validate(event.data["log"]))
     trajectory.prelude, trajectory.turns = split_turns(messages, logs)
-    trajectory.live = latest is not None and view.status not in _ENDED
+    trajectory.live = latest is not None and view.status not in TERMINAL
     return trajectory
-
-
-_ENDED = frozenset({"completed", "failed", "cancelled", "stale"})

@@ -1,5 +1,5 @@
-"""Browsing the PostgreSQL store: pages of jobs for the web viewer, and a running episode's
-events."""
+"""Browsing the PostgreSQL store: jobs by status, pages of jobs for the web viewer, and a
+running episode's events."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ from rollserve.storage.pg_connection import PgConnection, first
 
 class PgBrowsing(PgConnection):
     """The reading side of :class:`rollserve.storage.postgres.PostgresJobStore`."""
+
+    def counts(self) -> dict[str, int]:
+        with self._tx() as cur:
+            cur.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status")
+            return {row["status"]: int(row["n"]) for row in cur.fetchall()}
 
     def list_jobs(self, query: JobQuery) -> JobsPage:
         clause, params = where(query, "%s")

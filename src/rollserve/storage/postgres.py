@@ -495,8 +495,3 @@ class PostgresJobStore(PgBrowsing):
                 (now,),
             )
             return {row["stage"]: int(row["n"]) for row in cur.fetchall()}
-
-    def counts(self) -> dict[str, int]:
-        with self._tx() as cur:
-            cur.execute("SELECT status, count(*) AS n FROM jobs GROUP BY status")
-            return {row["status"]: int(row["n"]) for row in cur.fetchall()}

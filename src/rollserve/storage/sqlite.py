@@ -372,10 +372,6 @@ class SqliteJobStore(SqliteBrowsing):
         )
         return {row["stage"]: row["n"] for row in rows}
 
-    def counts(self) -> dict[str, int]:
-        rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
-        return {row["status"]: row["n"] for row in rows}
-
     def results_head(self) -> int:
         return int(self._read("SELECT value FROM counters WHERE name = 'done_seq'")[0][0])
 

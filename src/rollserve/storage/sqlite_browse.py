@@ -1,5 +1,5 @@
-"""Browsing the SQLite store: pages of jobs for the web viewer, and a running episode's
-events."""
+"""Browsing the SQLite store: jobs by status, pages of jobs for the web viewer, and a running
+episode's events."""
 
 from __future__ import annotations
 
@@ -13,6 +13,10 @@ from rollserve.storage.sqlite_connection import SqliteConnection
 
 class SqliteBrowsing(SqliteConnection):
     """The reading side of :class:`rollserve.storage.sqlite.SqliteJobStore`."""
+
+    def counts(self) -> dict[str, int]:
+        rows = self._read("SELECT status, count(*) AS n FROM jobs GROUP BY status")
+        return {row["status"]: row["n"] for row in rows}
 
     def list_jobs(self, query: JobQuery) -> JobsPage:
         clause, params = where(query, "?")

@@ -1,6 +1,7 @@
 """``rollserve view RESULTS.jsonl``: the viewer over a results file (the JobViews written by
 ``rollserve submit --out`` or the demo), with no service running. It answers the API routes the
-viewer reads — the jobs list, a job, its trajectory, a status naming the file — from memory."""
+viewer reads — the jobs list, a job, its trajectory, a status naming the file — from memory,
+and ``/readyz`` once it serves."""
 
 from __future__ import annotations
 
@@ -10,37 +11,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Query
-from pydantic import ValidationError
 
-from rollserve.errors import InvalidInputError, JobNotFoundError
+from rollserve.client.parquet import read_results
+from rollserve.errors import JobNotFoundError
 from rollserve.pipeline.trajectories import build_trajectory
 from rollserve.schema.api import JobQuery, JobsPage, JobSummary, Trajectory
 from rollserve.schema.jobs import JobView
 from rollserve.server import errors
 from rollserve.server.ui.routes import mount_ui
-
-
-def read_results(path: Path) -> list[JobView]:
-    """Every JobView of a JSONL results file; a line that is not one names its number."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise InvalidInputError(f"cannot read {path}: {exc.strerror}", path=str(path)) from exc
-    views = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            views.append(JobView.model_validate_json(line))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "the line"
-            raise InvalidInputError(
-                f"{path}:{number}: not a job view ({where}: {first['msg']})",
-                path=str(path),
-                line=number,
-            ) from None
-    return views
 
 
 def summary(view: JobView) -> JobSummary:
@@ -115,12 +93,17 @@ def create_offline_app(
     given on the command line), else the token view shows ids."""
     views = {view.job_id: view for view in read_results(path)}
     rows = [summary(view) for view in views.values()]
+    app = FastAPI(title=f"rollserve view {path.name}")
     api = APIRouter(prefix="/v1")
 
     def job(job_id: str) -> JobView:
         if job_id not in views:
             raise JobNotFoundError(f"no job {job_id!r} in {path}", job_id=job_id)
         return views[job_id]
+
+    @app.get("/readyz")
+    async def readyz() -> dict[str, str]:
+        return {"status": "ready"}
 
     @api.get("/status")
     async def status() -> dict[str, Any]:
@@ -145,7 +128,6 @@ def create_offline_app(
     async def get_job(job_id: str) -> JobView:
         return job(job_id)
 
-    app = FastAPI(title=f"rollserve view {path.name}")
     app.include_router(api)
     mount_ui(app, None)
     errors.install(app)
