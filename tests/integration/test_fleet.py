@@ -161,7 +161,7 @@ def test_a_backend_registered_on_one_node_serves_them_all(
         versions = lambda node: [  # noqa: E731
             b["policy_version"] for b in httpx.get(f"{node.url}/v1/llm/backends").json()
         ]
-        _until(lambda: versions(second) == [3], timeout=10)
+        _until(lambda: versions(second) == [3])
         task = {"task_id": "t", "kind": "keyword", "prompt": "Say hello.", "keywords": ["hello"]}
         agent = {"name": "tool", "max_turns": 1}
         jobs = [
@@ -176,14 +176,14 @@ def test_a_backend_registered_on_one_node_serves_them_all(
         assert {v["result"]["max_policy_version"] for v in views} == {3}
         paused = lambda node: httpx.get(f"{node.url}/v1/llm/models/scripted").json()["paused"]  # noqa: E731
         httpx.post(f"{first.url}/v1/llm/models/scripted/pause", json={"mode": "wait"})
-        _until(lambda: paused(second), timeout=10)  # a pause through one node holds them all
+        _until(lambda: paused(second))  # a pause through one node holds them all
         resumed = httpx.post(
             f"{first.url}/v1/llm/models/scripted/resume", json={"policy_version": 4}
         )
         assert resumed.status_code == 200
-        _until(lambda: versions(second) == [4] and not paused(second), timeout=10)
+        _until(lambda: versions(second) == [4] and not paused(second))
         assert httpx.delete(f"{second.url}/v1/llm/backends/s").status_code == 204
-        _until(lambda: versions(first) == [], timeout=10)
+        _until(lambda: versions(first) == [])
 
 
 def _one_model_call(job_id: str) -> dict[str, Any]:
@@ -205,7 +205,7 @@ def test_a_pause_through_one_node_waits_for_the_calls_of_every_node(
         _until(lambda: len(llm.requests) == 1)  # the call is in flight on the runner
         (idle,) = fleet(1)
         state = lambda: httpx.get(f"{idle.url}/v1/llm/models/scripted").json()  # noqa: E731
-        _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
+        _until(lambda: len(_status(idle)["backends"]) == 1)
         pause = httpx.post(
             f"{idle.url}/v1/llm/models/scripted/pause",
             json={"mode": "wait", "timeout_s": 60},
@@ -228,7 +228,7 @@ def test_a_pause_names_the_nodes_still_running_calls(
     with ScriptedLLMServer([{"content": "hello"}] * 2, delay_s=15) as llm:
         runner, idle = fleet(2, init_workers="1")
         register_backend(runner, id="s", kind="openai", url=llm.url, model="scripted")
-        _until(lambda: len(_status(idle)["backends"]) == 1, timeout=10)
+        _until(lambda: len(_status(idle)["backends"]) == 1)
         httpx.post(f"{runner.url}/v1/jobs", json=_one_model_call("slow"))
         _until(lambda: len(llm.requests) == 1)
         busy = next(n for n in (runner, idle) if _status(n)["stages"]["run"]["active"] == 1)

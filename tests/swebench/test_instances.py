@@ -69,6 +69,7 @@ def test_a_scripted_agent_fixes_the_instance(
     assert done["status"] == "completed", done
     result = done["result"]
     tools = [m["content"] for m in result["messages"] if m["role"] == "tool"]
+    assert len(tools) == len(turns), result  # one observation per call
     assert tools[0].startswith("/testbed") and "/opt/miniconda3/envs/testbed/bin/python" in tools[0]
     assert "cannot import name 'get_annotation'" in tools[1]  # the issue, reproduced
     assert "M pylint/pyreverse/utils.py" in tools[3]

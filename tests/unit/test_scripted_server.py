@@ -57,7 +57,7 @@ def chat(server: ScriptedLLMServer, **extra: Any) -> httpx.Response:
 
 def test_models_lists_the_model() -> None:
     with ScriptedLLMServer([], model="tiny") as server:
-        assert server.url == f"http://127.0.0.1:{server.port}/v1"
+        assert server.url == f"http://127.0.0.1:{server.port}{server.prefix}/v1"
         answer = httpx.get(f"{server.url}/models")
         assert answer.status_code == 200
         assert answer.json() == {
@@ -65,6 +65,18 @@ def test_models_lists_the_model() -> None:
             "data": [{"id": "tiny", "object": "model", "owned_by": "scripted", "created": 0}],
         }
         assert httpx.get(f"{server.base_url}/health").status_code == 200
+
+
+def test_a_client_of_an_earlier_server_on_the_port_gets_no_turn() -> None:
+    """A server that took over a port answers a stale client (another prefix) with 404s."""
+    with ScriptedLLMServer([{"content": "mine"}]) as server:
+        stale = f"http://127.0.0.1:{server.port}/scripted-0000/v1"
+        body = {"model": "scripted", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.get(f"{stale}/models").status_code == 404
+        assert httpx.post(f"{stale}/chat/completions", json=body).status_code == 404
+        assert server.turns_left == 1
+        answer = httpx.post(f"{server.url}/chat/completions", json=body).json()
+        assert answer["choices"][0]["message"]["content"] == "mine"
 
 
 def test_chat_replays_turns_in_order_with_hermes_calls_in_content() -> None:

@@ -386,7 +386,8 @@ class Scheduler:
             "queued_s": queued if job.attempts == 1 else job.timing.get("queued_s", queued),
             "init_s": time.monotonic() - started,
         }
-        self._working.pop(job.job_id, None)  # handed on: a claim of it is new work
+        # Still this worker's until the store has it in the next stage: a claim that takes
+        # the lease lapsed meanwhile (a slow store) is of work in hand, not new work.
         advanced = await self._store(
             self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
         )
@@ -417,7 +418,6 @@ class Scheduler:
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
             return
-        self._working.pop(job.job_id, None)
         await self._store(
             self.store.advance,
             job.job_id,
@@ -455,7 +455,6 @@ class Scheduler:
             self.figures.stage_done(Stage.EVAL.value, timing["eval_s"])
         else:
             result = self.runner.unscored(output, "the run timed out and was not evaluated")
-        self._working.pop(job.job_id, None)
         await self._store(
             self.store.finish,
             job.job_id,
@@ -480,7 +479,7 @@ class Scheduler:
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
         retry = Stage.EVAL if stage == Stage.EVAL else Stage.INIT
         delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
-        self._working.pop(job.job_id, None)
+        self._working.pop(job.job_id, None)  # back in a stage it may have been in: new work
         await self._store(
             self.store.requeue, job.job_id, self.node, retry, error=error, delay_s=delay
         )
@@ -491,6 +490,5 @@ class Scheduler:
     ) -> None:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
-        self._working.pop(job.job_id, None)
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
         self.figures.job_ended(status.value)

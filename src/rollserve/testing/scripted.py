@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 import threading
 import time
 from collections import deque
@@ -111,7 +112,10 @@ class ScriptedLLMServer:
     delayed or failed; ``max_model_len`` is listed in ``/v1/models`` when given;
     ``server_info`` is what ``/server_info`` answers (404 when None); ``rewrite`` changes each
     generation answer, or answers with a fault (:class:`RawAnswer`, :class:`Stall`,
-    :class:`Trickle`, :class:`Drop`)."""
+    :class:`Trickle`, :class:`Drop`).
+
+    Every route lives under a path prefix of its own (in ``base_url`` and ``url``): a client
+    still aimed at an earlier server whose port this one now has gets 404s, never its turns."""
 
     def __init__(
         self,
@@ -143,6 +147,7 @@ class ScriptedLLMServer:
         self.add_turns(turns)
         self._runner = ThreadedServer("scripted-llm")
         self.port = 0
+        self.prefix = f"/scripted-{secrets.token_hex(4)}"
 
     def add_turns(self, turns: Iterable[Mapping[str, Any]]) -> None:
         """Append turns to the script."""
@@ -180,7 +185,7 @@ class ScriptedLLMServer:
     @property
     def base_url(self) -> str:
         """The server root (SGLang's ``/generate`` lives here)."""
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}{self.prefix}"
 
     @property
     def url(self) -> str:
@@ -216,20 +221,20 @@ class ScriptedLLMServer:
     def _app(self) -> FastAPI:
         app = FastAPI(title="rollserve scripted LLM server")
 
-        @app.get("/v1/models")
+        @app.get(f"{self.prefix}/v1/models")
         async def models() -> dict[str, Any]:
             card = {"id": self.model, "object": "model", "owned_by": "scripted", "created": 0}
             if self.max_model_len is not None:
                 card["max_model_len"] = self.max_model_len
             return {"object": "list", "data": [card]}
 
-        @app.get("/server_info")
+        @app.get(f"{self.prefix}/server_info")
         async def server_info() -> Any:
             if self.server_info is None:
                 return _Refusal(404, "Not Found", "NotFoundError").response()
             return self.server_info
 
-        @app.get("/health")
+        @app.get(f"{self.prefix}/health")
         async def health() -> dict[str, Any]:
             return {}
 
@@ -239,7 +244,7 @@ class ScriptedLLMServer:
             "/generate": self._generate,
         }
         for path, handler in routes.items():
-            app.add_api_route(path, self._endpoint(path, handler), methods=["POST"])
+            app.add_api_route(self.prefix + path, self._endpoint(path, handler), methods=["POST"])
         return app
 
     def _endpoint(self, path: str, handler: Handler) -> Callable[[Request], Awaitable[Any]]:
