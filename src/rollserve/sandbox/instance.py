@@ -272,8 +272,10 @@ class SandboxInstance:
             tty = await asyncio.shield(opened)
         except asyncio.CancelledError:
             if not opened.cancelled():  # it started anyway: record it, so close kills it
-                with contextlib.suppress(Exception):
+                try:
                     tty = await opened
+                except Exception as exc:  # it did not start: nothing to kill
+                    log.debug("a cancelled shell start failed: %s", exc)
             raise
         finally:
             self._leave_spawn(tty.popen if tty is not None else None)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import os
@@ -156,9 +155,11 @@ class SandboxManager:
             record, cgroup = await asyncio.shield(made)
         except asyncio.CancelledError:
             if not made.cancelled():  # made anyway: remove it
-                with contextlib.suppress(Exception):
+                try:
                     record, _ = await made
                     await asyncio.to_thread(state.destroy, record)
+                except Exception as exc:  # not made after all, or not removable: say which
+                    log.warning("sandbox %s after a cancelled start: %s", sandbox_id, exc)
             raise
         image: RunnableImage | None = None
         disk = None
