@@ -67,6 +67,23 @@ def test_directory_without_record_is_removed_after_grace(tmp_path: Path) -> None
     assert young.exists() and not old.exists()
 
 
+def test_a_creation_cut_short_is_reaped_at_once_and_one_under_way_is_kept(
+    tmp_path: Path,
+) -> None:
+    """A sandbox directory takes its name only with its record in it: a crash between the
+    two leaves a staging directory naming its dead owner, removed at the next start."""
+    pid, ticks = _dead_owner()
+    cut_short = tmp_path / f".new-{pid}-{ticks}-bwrap-1"
+    under_way = tmp_path / f".new-{os.getpid()}-{procfs.start_ticks(os.getpid())}-bwrap-2"
+    cut_short.mkdir()
+    under_way.mkdir()
+    assert state.reap(tmp_path) == [cut_short.name]
+    assert under_way.exists() and not cut_short.exists()
+    record = state.SandboxRecord.create(tmp_path, "bwrap-3", "bwrap")
+    assert state.load(record.path) == record
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["bwrap-3", under_way.name])
+
+
 def test_records_of_an_earlier_boot_touch_no_process(tmp_path: Path) -> None:
     record = state.SandboxRecord.create(tmp_path, "old-boot", "local")
     record.boot_id = "an-earlier-boot"

@@ -5,6 +5,10 @@ directories) and ``procs`` (every process spawned for it, as PID + start time). 
 sandbox creates on the host lives under that directory, so removing it removes them all. After a
 crash the next start reaps exactly the records whose owner is gone: processes by recorded identity
 (PID *and* start time, then their sessions), cgroups by recorded path — never by process name.
+
+The directory is made under a staging name that carries its owner's identity, and takes its
+sandbox's name only once it holds the record: a crash at any point leaves nothing the reaper
+cannot attribute to a dead owner at once.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ log = logging.getLogger(__name__)
 
 _RECORD = "record.json"
 _PROCS = "procs"
-_ORPHAN_GRACE_S = 60.0
+_ORPHAN_GRACE_S = 60.0  # a record-less directory not made here (by hand, say)
+_STAGING = ".new-"  # + "<owner pid>-<owner start ticks>-<sandbox id>"
 
 
 @dataclass
@@ -47,18 +52,15 @@ class SandboxRecord:
 
     @classmethod
     def create(cls, state_dir: Path, sandbox_id: str, backend: str) -> SandboxRecord:
-        """Make the sandbox's directory and write its record before anything else exists."""
+        """Make the sandbox's directory with its record in it, before anything else exists."""
         path = state_dir / sandbox_id
-        path.mkdir(parents=True)
         me = os.getpid()
-        record = cls(
-            id=sandbox_id,
-            backend=backend,
-            dir=str(path),
-            owner_pid=me,
-            owner_ticks=procfs.start_ticks(me) or 0,
-        )
-        record.save()
+        ticks = procfs.start_ticks(me) or 0
+        record = cls(id=sandbox_id, backend=backend, dir=str(path), owner_pid=me, owner_ticks=ticks)
+        staging = state_dir / f"{_STAGING}{me}-{ticks}-{sandbox_id}"
+        staging.mkdir(parents=True)
+        (staging / _RECORD).write_text(json.dumps(asdict(record)))
+        staging.rename(path)
         return record
 
     @property
@@ -204,6 +206,11 @@ def reap(state_dir: Path) -> list[str]:
     for entry in sorted(state_dir.iterdir()):
         if not entry.is_dir():
             continue
+        if entry.name.startswith(_STAGING):  # a creation cut short, or under way
+            if not _staging_owner_alive(entry.name):
+                remove_tree(entry)
+                reaped.append(entry.name)
+            continue
         record = load(entry)
         if record is None:
             # A directory without a record is a crash between mkdir and the first write.
@@ -217,3 +224,12 @@ def reap(state_dir: Path) -> list[str]:
         destroy(record)
         reaped.append(record.id)
     return reaped
+
+
+def _staging_owner_alive(name: str) -> bool:
+    """Whether the process named in a staging directory's name still runs."""
+    pid, _, rest = name.removeprefix(_STAGING).partition("-")
+    ticks = rest.partition("-")[0]
+    if not (pid.isdigit() and ticks.isdigit()):
+        return False
+    return procfs.is_same_process(int(pid), int(ticks))
