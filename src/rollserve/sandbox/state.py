@@ -213,7 +213,8 @@ def reap(state_dir: Path) -> list[str]:
             continue
         record = load(entry)
         if record is None:
-            # A directory without a record is a crash between mkdir and the first write.
+            # Not made by a sandbox's creation (that renames it in with its record): it may
+            # be another process's work in hand, so only an old one goes.
             if time.time() - entry.stat().st_mtime > _ORPHAN_GRACE_S:
                 remove_tree(entry)
                 reaped.append(entry.name)
