@@ -145,9 +145,10 @@ class JobStore(Protocol):
     ) -> list[str]:
         """Renew ``owner``'s leases on ``job_ids`` — a lease that ran out is renewed too while
         nobody else took the job — and return the ids whose work must stop: another owner
-        holds the job now, or a cancel was requested (the worker then calls ``finish``). A job
-        that is between stages or done is neither renewed nor returned. ``node`` (its stable
-        name and what it reports) keeps the owner's node row alive for ``lease_s`` as well."""
+        holds the job now, a cancel was requested (the worker then calls ``finish``), or the
+        job already ended cancelled. Any other job between stages or done is neither renewed
+        nor returned. ``node`` (its stable name and what it reports) keeps the owner's node row
+        alive for ``lease_s`` as well."""
         ...
 
     def nodes(self) -> list[NodeRecord]:
