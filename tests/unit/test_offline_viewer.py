@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from rollserve.client.parquet import read_results
 from rollserve.errors import InvalidInputError
 from rollserve.schema.api import JobQuery
-from rollserve.server.ui.offline import create_offline_app, page, summary
+from rollserve.server.ui.offline import JobTable, create_offline_app, summary
 
 
 def _view(job_id: str, kind: str, created: float, **fields: Any) -> dict[str, Any]:
@@ -41,7 +41,7 @@ def results(tmp_path: Path) -> Path:
 
 def _ids(path: Path, **query: Any) -> list[str]:
     rows = [summary(view) for view in read_results(path)]
-    return [r.job_id for r in page(rows, JobQuery.model_validate(query)).jobs]
+    return [r.job_id for r in JobTable(rows).page(JobQuery.model_validate(query)).jobs]
 
 
 def test_filters_and_order_are_the_stores(results: Path) -> None:

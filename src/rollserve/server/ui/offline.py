@@ -5,6 +5,7 @@ and ``/readyz`` once it serves."""
 
 from __future__ import annotations
 
+import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from rollserve.schema.api import JobQuery, JobsPage, JobSummary, Trajectory
 from rollserve.schema.jobs import JobView
 from rollserve.server import errors
 from rollserve.server.ui.routes import mount_ui
+from rollserve.storage.browse import order, where
 
 
 def summary(view: JobView) -> JobSummary:
@@ -44,46 +46,49 @@ def summary(view: JobView) -> JobSummary:
     )
 
 
-def _matches(query: JobQuery, row: JobSummary) -> bool:
-    def within(value: float | None, low: float | None, high: float | None) -> bool:
-        if low is None and high is None:
-            return True
-        return (
-            value is not None and (low is None or value >= low) and (high is None or value <= high)
+class JobTable:
+    """The file's jobs table in an in-memory SQLite table, browsed with the stores' own filters
+    and order (:func:`rollserve.storage.browse.where` and ``order``); file order stands in for
+    submit order."""
+
+    # What the filters and sorts read (storage.browse names them the same).
+    _COLUMNS = (
+        "job_id",
+        "group_id",
+        "kind",
+        "status",
+        "reward",
+        "exit_reason",
+        "policy_version",
+        "created",
+        "updated",
+        "finished",
+    )
+
+    def __init__(self, rows: list[JobSummary]) -> None:
+        self.rows = rows
+        # The viewer's routes run on one event loop, which need not be this thread.
+        self._db = sqlite3.connect(":memory:", check_same_thread=False)
+        columns = ", ".join(self._COLUMNS)
+        self._db.execute(f"CREATE TABLE jobs (seq INTEGER PRIMARY KEY, {columns})")
+        self._db.executemany(
+            f"INSERT INTO jobs VALUES (?, {', '.join('?' * len(self._COLUMNS))})",
+            [(seq, *(getattr(row, c) for c in self._COLUMNS)) for seq, row in enumerate(rows)],
         )
 
-    statuses = {s.value for s in query.status}
-    reasons = {r.value for r in query.exit_reason}
-    created_ok = (query.created_after is None or row.created >= query.created_after) and (
-        query.created_before is None or row.created < query.created_before
-    )
-    return (
-        (not statuses or row.status in statuses)
-        and (not reasons or row.exit_reason in reasons)
-        and (query.group_id is None or row.group_id == query.group_id)
-        and (query.kind is None or row.kind == query.kind)
-        and within(row.reward, query.reward_min, query.reward_max)
-        and within(row.policy_version, query.policy_version_min, query.policy_version_max)
-        and created_ok
-    )
-
-
-def page(rows: list[JobSummary], query: JobQuery) -> JobsPage:
-    """The stores' order: by the sort column, jobs without a value last, then file order."""
-    found = [(i, r) for i, r in enumerate(rows) if _matches(query, r)]
-    descending = query.order == "desc"
-
-    def key(item: tuple[int, JobSummary]) -> tuple[bool, float, int]:
-        index, row = item
-        value = getattr(row, query.sort)
-        number = float(value) if value is not None else 0.0
-        return (value is None, -number if descending else number, -index if descending else index)
-
-    found.sort(key=key)
-    chosen = found[query.offset : query.offset + query.limit]
-    return JobsPage(
-        jobs=[r for _, r in chosen], total=len(found), offset=query.offset, limit=query.limit
-    )
+    def page(self, query: JobQuery) -> JobsPage:
+        clause, params = where(query, "?")
+        (total,) = self._db.execute(f"SELECT count(*) FROM jobs{clause}", params).fetchone()
+        chosen = self._db.execute(
+            f"SELECT seq FROM jobs{clause}{order(query)} LIMIT ? OFFSET ?",
+            [*params, query.limit, query.offset],
+        ).fetchall()
+        return JobsPage(
+            jobs=[self.rows[seq] for (seq,) in chosen],
+            total=total,
+            offset=query.offset,
+            limit=query.limit,
+        )
 
 
 def create_offline_app(
@@ -92,7 +97,7 @@ def create_offline_app(
     """The viewer over ``path``; ``token_text`` turns token ids into their texts (a tokenizer
     given on the command line), else the token view shows ids."""
     views = {view.job_id: view for view in read_results(path)}
-    rows = [summary(view) for view in views.values()]
+    table = JobTable([summary(view) for view in views.values()])
     app = FastAPI(title=f"rollserve view {path.name}")
     api = APIRouter(prefix="/v1")
 
@@ -115,7 +120,7 @@ def create_offline_app(
 
     @api.get("/jobs", response_model=JobsPage)
     async def list_jobs(query: Annotated[JobQuery, Query()]) -> JobsPage:
-        return page(rows, query)
+        return table.page(query)
 
     @api.get("/jobs/{job_id}/trajectory", response_model=Trajectory)
     async def trajectory(job_id: str) -> Trajectory:
