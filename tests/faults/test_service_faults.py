@@ -84,6 +84,22 @@ def parent(pid: int) -> int:
     return int(stat.rpartition(")")[2].split()[1])
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not died yet (a zombie has)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def wait_dead(victims: set[int], timeout_s: float = 30) -> None:
+    end = time.monotonic() + timeout_s
+    while any(alive(pid) for pid in victims):
+        assert time.monotonic() < end, f"killed processes still alive after {timeout_s}s"
+        time.sleep(0.01)
+
+
 def pids() -> list[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
@@ -147,6 +163,9 @@ def kill_sandbox_running(data_dir: Path, marker: str, timeout_s: float = 30) -> 
             for victim in victims:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(victim, signal.SIGKILL)
+            # A killed process still shows its command line until it has died: wait for that,
+            # so that the next look for the marker finds a new sandbox, never this one again.
+            wait_dead(victims)
             return len(victims)
         time.sleep(0.02)
     raise AssertionError(f"no sandbox process ran {marker!r} within {timeout_s}s")
@@ -252,7 +271,7 @@ def test_sandbox_killed_mid_command_is_retried_or_failed_never_scored(
         assert (once["status"], once["result"]["reward"], once["attempts"]) == ("completed", 1, 2)
         assert (calm["status"], calm["result"]["reward"], calm["attempts"]) == ("completed", 1, 1)
         # Out of attempts: failed with the infrastructure error, and no reward at all.
-        assert always["status"] == "failed" and always["attempts"] == 2
+        assert (always["status"], always["attempts"]) == ("failed", 2), always
         assert always["result"] is None
         assert always["error"]["code"] == "sandbox_died", always["error"]
         assert_settled(server, http, ["once", "always", "calm"])
