@@ -58,13 +58,24 @@ def test_weight_update_mid_rollout(
     """``wait-and-server-keep``: the inference server is also paused the vLLM way
     (``/pause?mode=keep``: requests in flight stall) for longer than a model call may take."""
     settings = {"run_workers": "32", "init_workers": "8"}
+    limits: dict[str, int] = {}
     if server_pause:
         settings["llm_request_timeout_s"] = "5"
+        # The server generates one request at a time: with all 32 calls sent to it, the last
+        # waits for 31 generations and can time out on a busy machine before any pause. A few
+        # in flight keep each call's wait far below the timeout, and some stalled by the pause.
+        limits["max_concurrency"] = 4
     server = server_factory(**settings)
     server.start()
     llm = llm_server_factory(tiny_model, "tiny")
     register_backend(
-        server, kind="vllm", url=llm.url, model="tiny", tokenizer=str(tiny_model), policy_version=0
+        server,
+        kind="vllm",
+        url=llm.url,
+        model="tiny",
+        tokenizer=str(tiny_model),
+        policy_version=0,
+        **limits,
     )
     with httpx.Client(base_url=server.url, timeout=120) as http:
         batch = http.post("/v1/jobs/batch", json={"jobs": [_job(i) for i in range(ROLLOUTS)]})
@@ -79,7 +90,7 @@ def test_weight_update_mid_rollout(
             assert stalled.json()["in_flight"] > 0  # calls stalled inside the server
             time.sleep(7)  # past llm_request_timeout_s: those calls time out
             backend = http.get("/v1/llm/backends").json()[0]
-            assert backend["healthy"] and backend["failures"] == 0, backend  # nothing ejected
+            assert backend["healthy"] and backend["failures"] == 0, str(backend)  # none ejected
             assert httpx.post(f"{llm.root}/resume").json() == {"status": "resumed"}
         paused = http.post("/v1/llm/models/tiny/pause", json={"mode": mode}).json()
         assert paused["paused"] and paused["mode"] == mode and paused["in_flight"] == 0, paused
