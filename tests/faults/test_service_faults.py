@@ -93,7 +93,7 @@ def alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
-def wait_dead(victims: set[int], timeout_s: float = 30) -> None:
+def wait_dead(victims: list[int], timeout_s: float = 30) -> None:
     end = time.monotonic() + timeout_s
     while any(alive(pid) for pid in victims):
         assert time.monotonic() < end, f"killed processes still alive after {timeout_s}s"
@@ -120,17 +120,15 @@ def ancestors(pid: int) -> list[int]:
     return out
 
 
-def descendants(root: int) -> set[int]:
+def descendants(root: int) -> list[int]:
+    """``root``'s children, then their children …: each process after its parent."""
     children: dict[int, list[int]] = {}
     for pid in pids():
         children.setdefault(parent(pid), []).append(pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
+    found = [root]
+    for pid in found:  # grows as it goes: breadth first
+        found += [child for child in children.get(pid, []) if child not in found]
+    return found[1:]
 
 
 def kill_sandbox_running(data_dir: Path, marker: str, timeout_s: float = 30) -> int:
@@ -151,15 +149,17 @@ def kill_sandbox_running(data_dir: Path, marker: str, timeout_s: float = 30) -> 
                 continue  # before this one): not a live sandbox running the marker
             # Stopped first, then killed: no process of the sandbox sees another die and
             # acts on it (a shell that reaps its command and goes on) before its own end.
-            victims = {launcher}
+            # Each is stopped after its parent: a shell that saw its command stop would
+            # report it and run the next one (this process may lose the CPU between two).
+            victims = [launcher]
             while True:
                 for victim in victims:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(victim, signal.SIGSTOP)
-                grown = victims | descendants(launcher)
-                if grown == victims:  # nothing forked since the last look
+                grown = [launcher, *descendants(launcher)]
+                if set(grown) <= set(victims):  # nothing forked since the last look
                     break
-                victims = grown
+                victims = list(dict.fromkeys(victims + grown))
             for victim in victims:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(victim, signal.SIGKILL)
