@@ -59,7 +59,7 @@ class SandboxRecord:
         record = cls(id=sandbox_id, backend=backend, dir=str(path), owner_pid=me, owner_ticks=ticks)
         staging = state_dir / f"{_STAGING}{me}-{ticks}-{sandbox_id}"
         staging.mkdir(parents=True)
-        (staging / _RECORD).write_text(json.dumps(asdict(record)))
+        record._write(staging)
         staging.rename(path)
         return record
 
@@ -68,9 +68,12 @@ class SandboxRecord:
         return Path(self.dir)
 
     def save(self) -> None:
-        tmp = self.path / (_RECORD + ".tmp")
+        self._write(self.path)
+
+    def _write(self, directory: Path) -> None:
+        tmp = directory / (_RECORD + ".tmp")
         tmp.write_text(json.dumps(asdict(self)))
-        tmp.replace(self.path / _RECORD)
+        tmp.replace(directory / _RECORD)
 
     def add_process(self, pid: int, ticks: int | None = None) -> int:
         """Note a spawned process (a session leader); returns its start time."""
