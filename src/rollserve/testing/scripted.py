@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -220,31 +220,33 @@ class ScriptedLLMServer:
 
     def _app(self) -> FastAPI:
         app = FastAPI(title="rollserve scripted LLM server")
+        routes = APIRouter(prefix=self.prefix)
 
-        @app.get(f"{self.prefix}/v1/models")
+        @routes.get("/v1/models")
         async def models() -> dict[str, Any]:
             card = {"id": self.model, "object": "model", "owned_by": "scripted", "created": 0}
             if self.max_model_len is not None:
                 card["max_model_len"] = self.max_model_len
             return {"object": "list", "data": [card]}
 
-        @app.get(f"{self.prefix}/server_info")
+        @routes.get("/server_info")
         async def server_info() -> Any:
             if self.server_info is None:
                 return _Refusal(404, "Not Found", "NotFoundError").response()
             return self.server_info
 
-        @app.get(f"{self.prefix}/health")
+        @routes.get("/health")
         async def health() -> dict[str, Any]:
             return {}
 
-        routes: dict[str, Handler] = {
+        handlers: dict[str, Handler] = {
             "/v1/chat/completions": self._chat,
             "/v1/completions": self._completions,
             "/generate": self._generate,
         }
-        for path, handler in routes.items():
-            app.add_api_route(self.prefix + path, self._endpoint(path, handler), methods=["POST"])
+        for path, handler in handlers.items():
+            routes.add_api_route(path, self._endpoint(path, handler), methods=["POST"])
+        app.include_router(routes)
         return app
 
     def _endpoint(self, path: str, handler: Handler) -> Callable[[Request], Awaitable[Any]]:
