@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rollserve.sandbox import procfs
 from tests.integration.conftest import Server
 
 # Small settings keep every fault quick: leases of 2 s (a heartbeat every 0.7 s), short
@@ -86,11 +87,8 @@ def parent(pid: int) -> int:
 
 def alive(pid: int) -> bool:
     """Whether ``pid`` is a process that has not died yet (a zombie has)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    stat = procfs.stat(pid)
+    return stat is not None and stat.state not in ("Z", "X")
 
 
 def wait_dead(victims: list[int], timeout_s: float = 30) -> None:
