@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -170,6 +172,23 @@ class Settings(BaseSettings):
     llm_abort_resumes: int = Field(
         10, ge=0, description="times one turn's aborted generation is resumed before it fails"
     )
+    # The gateway: each running job's OpenAI-compatible endpoint, for agents rollserve runs
+    # unchanged (the external agent in the sandbox, harnesses beside it).
+    gateway_socket: Path | None = Field(
+        None,
+        description="the gateway's Unix socket, bound into sandboxes of external agents; "
+        "default DATA_DIR/gateway.sock (a short path under /tmp where that one is too long)",
+    )
+    gateway_sandbox_port: int = Field(
+        8377,
+        ge=1,
+        le=65535,
+        description="the loopback port an external agent reaches the gateway on, inside its "
+        "sandbox's own network namespace",
+    )
+    gateway_relay_cc: str = Field(
+        "cc", description="the C compiler that builds the relay (static, once per data dir)"
+    )
     result_retention_s: float = Field(7 * 24 * 3600.0, gt=0)
     ci: bool = Field(
         False,
@@ -187,6 +206,17 @@ class Settings(BaseSettings):
     def state_dir(self) -> Path:
         """One directory per live sandbox; what a crashed process left is reaped from here."""
         return self.data_dir / "sandboxes"
+
+    @property
+    def gateway_socket_path(self) -> Path:
+        """Where the node's gateway listens (a Unix socket path has at most 107 bytes)."""
+        if self.gateway_socket is not None:
+            return self.gateway_socket
+        default = self.data_dir / "gateway.sock"
+        if len(str(default.absolute())) <= 100:
+            return default
+        digest = hashlib.sha256(str(self.data_dir.absolute()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"rollserve-{digest}.sock"
 
     @property
     def job_db(self) -> Path:

@@ -11,7 +11,8 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rollserve.llm.toolcalls import ToolCall, ToolCallParser, default_parsers
+from rollserve.llm.parsers import default_parsers
+from rollserve.llm.toolcalls import ToolCall, ToolCallParser
 
 PARSERS: list[ToolCallParser] = [default_parsers().get(name) for name in default_parsers().names()]
 TAGS = ("<tool_call>", "</tool_call>")

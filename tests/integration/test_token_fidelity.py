@@ -20,7 +20,7 @@ from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import BackendFactory, Router
 from rollserve.llm.session import Models
 from rollserve.llm.templates import TemplateCache
-from rollserve.llm.toolcalls import default_parsers
+from rollserve.llm.parsers import default_parsers
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.backends import BackendSpec, BackendView

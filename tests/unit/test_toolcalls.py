@@ -7,7 +7,8 @@ import json
 import pytest
 
 from rollserve.errors import UnknownNameError
-from rollserve.llm.toolcalls import HermesParser, ParsedTurn, ToolCall, default_parsers
+from rollserve.llm.parsers import default_parsers
+from rollserve.llm.toolcalls import HermesParser, ParsedTurn, ToolCall
 
 
 @pytest.fixture

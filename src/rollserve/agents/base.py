@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
+from rollserve.gateway.base import Gateway
 from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest
+from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest
+from rollserve.schema.sandbox import SandboxSpec
 from rollserve.schema.tokens import Tokens, TurnInfo
 from rollserve.schema.trajectory import TurnLog
+from rollserve.settings import Settings
 from rollserve.tasks.base import RunOutput
 
 # Told of the episode as it goes: once with the messages before the first turn (``turn`` 0),
@@ -31,11 +34,16 @@ class RunContext:
     messages: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
     submission: str | None = None
-    tokens: Tokens | None = None  # token mode: the trajectory so far
+    tokens: Tokens | None = None  # token mode: the trajectory so far (its last segment)
+    segments: list[Tokens] = field(default_factory=list)  # every segment, ``tokens`` among them
+    agent_run: AgentRun | None = None  # the agent process, where one ran
     tool_errors: int = 0  # malformed or failed tool calls, told to the model
     turn_log: list[TurnLog] = field(default_factory=list)  # one per model turn
     on_turn: TurnHook | None = None
     started: float = field(default_factory=time.monotonic)
+    job_id: str = ""
+    gateway: Gateway | None = None  # the node's gateway, for agents rollserve serves through it
+    settings: Settings | None = None
 
     def begin_turn(self, info: TurnInfo, started_s: float) -> TurnLog:
         """Count a model turn and start its log (``started_s``: when its model call began,
@@ -52,6 +60,7 @@ class RunContext:
 
     def output(self, exit_reason: ExitReason) -> RunOutput:
         """The episode as it stands, ended for ``exit_reason``."""
+        segments = self.segments if len(self.segments) > 1 else []
         return RunOutput(
             exit_reason=exit_reason,
             submission=self.submission,
@@ -61,7 +70,19 @@ class RunContext:
             tool_errors=self.tool_errors,
             turn_log=[log.model_dump(mode="json") for log in self.turn_log],
             policy_versions=list(self.llm.versions) if self.llm is not None else [],
+            segments=[segment.model_dump() for segment in segments],
+            agent_run=self.agent_run.model_dump() if self.agent_run is not None else None,
         )
+
+
+@runtime_checkable
+class ShapesSandbox(Protocol):
+    """An agent that needs something in its run sandbox (an agent process's door to the
+    gateway): it adds to the spec before the sandbox starts."""
+
+    def sandbox_spec(
+        self, config: AgentConfig, spec: SandboxSpec, settings: Settings
+    ) -> SandboxSpec: ...
 
 
 class Agent(Protocol):

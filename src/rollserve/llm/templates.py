@@ -37,6 +37,7 @@ class ChatTemplate:
                 f"the tokenizer in {tokenizer_dir} has no chat template", field="tokenizer"
             )
         self.path = tokenizer_dir
+        self.source = str(self.tokenizer.chat_template)  # the template's Jinja text
         limit = int(getattr(self.tokenizer, "model_max_length", 0) or 0)
         self.max_length: int | None = limit if 0 < limit < _NO_LIMIT else None
         self.stop_ids = _stop_ids(path, self.tokenizer.eos_token_id)

@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rollserve.registry import Registry
-
 
 @dataclass(frozen=True)
 class ToolCall:
@@ -53,6 +51,10 @@ class ToolCallParser(Protocol):
         """The text a model would generate for ``calls`` (the inverse of ``parse``)."""
         ...
 
+    def turn_call_id(self, turn: int, index: int) -> str:
+        """A call id unique within a trajectory, in the form the family's template takes."""
+        ...
+
 
 def call_id(index: int) -> str:
     """The deterministic id of the ``index``-th call (from 0) of a turn."""
@@ -70,6 +72,9 @@ class HermesParser:
         'Write each tool call as <tool_call>\n{"name": "<tool name>", "arguments": '
         '{"<parameter>": <value>, ...}}\n</tool_call>'
     )
+
+    def turn_call_id(self, turn: int, index: int) -> str:
+        return f"call_{turn}_{index}"
 
     def format(self, calls: Sequence[ToolCall]) -> str:
         blocks = []
@@ -203,10 +208,3 @@ def _json_kind(value: Any) -> str:
         if isinstance(value, kind):
             return words
     return "a number"
-
-
-def default_parsers() -> Registry[ToolCallParser]:
-    """A registry holding the built-in tool-call parsers."""
-    parsers: Registry[ToolCallParser] = Registry("tool-call parser")
-    parsers.register(HermesParser.name, HermesParser())
-    return parsers

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from rollserve.agents.base import Agent
+from rollserve.agents.external import ExternalAgent
 from rollserve.agents.submit import SubmitAgent
 from rollserve.agents.tool import ToolAgent
-from rollserve.llm.toolcalls import default_parsers
+from rollserve.llm.parsers import default_parsers
 from rollserve.pipeline.stages import Plugins
 from rollserve.registry import Registry
 from rollserve.tasks.base import TaskHandler
@@ -28,4 +29,5 @@ def default_plugins() -> Plugins:
     agents: Registry[Agent] = Registry("agent")
     agents.register(SubmitAgent.name, SubmitAgent())
     agents.register(ToolAgent.name, ToolAgent(parsers))
+    agents.register(ExternalAgent.name, ExternalAgent(parsers))
     return Plugins(handlers=handlers, agents=agents, parsers=parsers)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rollserve.errors import InvalidInputError, JobNotFoundError
+from rollserve.gateway.base import Gateway
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import Router
 from rollserve.llm.session import Models
@@ -43,10 +44,11 @@ class RolloutService:
         self.templates = TemplateCache()
         self.router = Router(settings, self.store, default_kinds(self.templates))
         models = Models(self.router, self.templates, settings.llm_abort_resumes)
+        self.gateway = Gateway()
         self.scheduler = Scheduler(
             settings,
             self.store,
-            StageRunner(settings, self.sandboxes, plugins, models),
+            StageRunner(settings, self.sandboxes, plugins, models, self.gateway),
             paused=self.router.pause_report,
         )
         self.router.on_pause_change = self.scheduler.beat_now

@@ -9,13 +9,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rollserve.agents.base import Agent, RunContext, TurnHook
+from rollserve.agents.base import Agent, RunContext, ShapesSandbox, TurnHook
+from rollserve.gateway.base import Gateway
 from rollserve.llm.session import Models, ModelSession, VersionBound
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, ExitReason, JobRequest, RolloutResult
+from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest, RolloutResult
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
@@ -78,17 +79,23 @@ class StageRunner:
         sandboxes: SandboxManager,
         plugins: Plugins,
         models: Models | None = None,
+        gateway: Gateway | None = None,
     ) -> None:
         self.settings = settings
         self.sandboxes = sandboxes
         self.plugins = plugins
         self.models = models
+        self.gateway = gateway if gateway is not None else Gateway()
 
     async def init(self, request: JobRequest) -> SandboxInstance | None:
         handler = self.plugins.handlers.get(request.task.kind)
         spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
         if spec is None:
             return None
+        config = agent_config(request)
+        agent = self.plugins.agents.get(config.name)
+        if isinstance(agent, ShapesSandbox):  # an agent process needs its door in the sandbox
+            spec = await asyncio.to_thread(agent.sandbox_spec, config, spec, self.settings)
         sandbox = await self.sandboxes.start(spec)
         try:
             await handler.prepare(request.task, sandbox)
@@ -118,6 +125,9 @@ class StageRunner:
             system_prompt=handler.system_prompt(request.task),
             tools=handler.tools(request.task),
             on_turn=on_turn,
+            job_id=job_id,
+            gateway=self.gateway,
+            settings=self.settings,
         )
         try:
             async with asyncio.timeout(None) as limit:
@@ -169,6 +179,8 @@ def _result(output: RunOutput, evaluation: Evaluation) -> RolloutResult:
         turns=output.turns,
         patch=evaluation.patch,
         tokens=Tokens.model_validate(output.tokens) if output.tokens else None,
+        segments=[Tokens.model_validate(s) for s in output.segments],
+        agent_run=AgentRun.model_validate(output.agent_run) if output.agent_run else None,
         tool_errors=output.tool_errors,
         min_policy_version=min(output.policy_versions, default=None),
         max_policy_version=max(output.policy_versions, default=None),

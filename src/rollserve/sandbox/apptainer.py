@@ -10,7 +10,7 @@ from pathlib import Path
 from rollserve.errors import BackendUnavailableError, InvalidInputError
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
-from rollserve.sandbox.env import checked_mounts, sandbox_env
+from rollserve.sandbox.env import checked_mounts, guest_binds, sandbox_env
 from rollserve.schema.sandbox import ApptainerSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -97,6 +97,8 @@ class ApptainerBackend:
         ]
         for mount in checked_mounts(spec.mounts):
             args += ["--bind", f"{mount}:{mount}:ro"]
+        for source, target, writable in guest_binds(spec, workspace):
+            args += ["--bind", f"{source}:{target}" + ("" if writable else ":ro")]
         if self.settings.apptainer_userns:
             args.append("--userns")
         if image.kind == "sif" and not os.access("/dev/fuse", os.R_OK | os.W_OK):

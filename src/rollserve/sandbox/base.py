@@ -110,6 +110,7 @@ class Sandbox(Protocol):
     backend: str
     limits: SandboxLimits
     guest_workspace: str
+    run_dir: Path | None  # the host side of /run/rollserve (a spec's ``run_dir``), or None
 
     @property
     def closed(self) -> bool: ...

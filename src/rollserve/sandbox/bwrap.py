@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 from rollserve.errors import BackendUnavailableError, InvalidInputError
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, Launcher
-from rollserve.sandbox.env import checked_mounts, sandbox_env
+from rollserve.sandbox.env import checked_mounts, guest_binds, sandbox_env
 from rollserve.schema.sandbox import BwrapSpec, SandboxSpec
 from rollserve.settings import Settings
 
@@ -143,6 +143,8 @@ class BwrapBackend:
                     args += ["--tmpfs", secret]
         for mount in checked_mounts(spec.mounts):
             args += ["--ro-bind", str(mount), str(mount)]
+        for source, target, writable in guest_binds(spec, workspace):
+            args += ["--bind" if writable else "--ro-bind", str(source), target]
         args += [
             "--bind",
             str(workspace),

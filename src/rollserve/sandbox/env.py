@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollserve.errors import InvalidInputError
+from rollserve.schema.sandbox import RUN_DIR, SandboxSpec
 
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -45,3 +46,25 @@ def checked_mounts(mounts: list[Path]) -> list[Path]:
                 f"sandbox mount {mount} is not an existing absolute directory", mount=str(mount)
             )
     return [mount.resolve() for mount in mounts]
+
+
+def run_dir_of(workspace: Path) -> Path:
+    """The host side of a sandbox's run directory (beside its workspace)."""
+    return workspace.parent / "run"
+
+
+def guest_binds(spec: SandboxSpec, workspace: Path) -> list[tuple[Path, str, bool]]:
+    """``(host path, guest path, writable)`` for the sandbox's run directory and the spec's
+    binds, in mount order (a bind inside the run directory lands on the placeholder the
+    manager made for it)."""
+    found: list[tuple[Path, str, bool]] = []
+    if spec.run_dir:
+        run = run_dir_of(workspace)
+        found += [(run, RUN_DIR, False), (run / "out", f"{RUN_DIR}/out", True)]
+    for bind in spec.binds:
+        if not bind.source.exists():
+            raise InvalidInputError(
+                f"sandbox bind source {bind.source} does not exist", bind=str(bind.source)
+            )
+        found.append((bind.source, bind.target, bind.writable))
+    return found

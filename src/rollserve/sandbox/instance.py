@@ -60,6 +60,7 @@ class SandboxInstance:
         cgroup: Cgroup | None,
         on_close: Callable[[SandboxInstance], None] | None = None,
         unenforced: dict[str, str] | None = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.id = record.id
         self.backend = record.backend
@@ -67,6 +68,7 @@ class SandboxInstance:
         # The limits asked for that this host does not enforce, each with the reason.
         self.unenforced = dict(unenforced or {})
         self.guest_workspace = launcher.workspace
+        self.run_dir = run_dir  # the host side of /run/rollserve, where the spec asked for it
         self._record = record
         self._launcher = launcher
         self._workspace = workspace
@@ -201,6 +203,7 @@ class SandboxInstance:
             stderr=err.text(),
             duration_s=time.monotonic() - started,
             timed_out=code is None,
+            truncated=out.truncated or err.truncated,
         )
 
     async def _run(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from rollserve.errors import InvalidInputError
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox.base import Availability, Launcher
 from rollserve.sandbox.env import checked_mounts, sandbox_env
@@ -41,6 +42,12 @@ class LocalBackend:
     ) -> Launcher:
         assert isinstance(spec, LocalSpec)
         checked_mounts(spec.mounts)  # the host's own paths: nothing to bind, but they must exist
+        if spec.binds or spec.run_dir:
+            raise InvalidInputError(
+                "the local backend has no mount namespace to bind paths into: use bwrap or "
+                "apptainer",
+                backend=self.name,
+            )
         if not self._warned:  # once per backend (that is, per rollserve process)
             log.warning(WARNING)
             self._warned = True

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 import secrets
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from rollserve.errors import (
@@ -22,11 +22,13 @@ from rollserve.sandbox import quota, state
 from rollserve.sandbox.apptainer import ApptainerBackend
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, SandboxBackend
 from rollserve.sandbox.bwrap import BwrapBackend
+from rollserve.sandbox.env import run_dir_of
 from rollserve.sandbox.instance import SandboxInstance
 from rollserve.sandbox.limits import Cgroup
 from rollserve.sandbox.local import LocalBackend
 from rollserve.sandbox.workspace import copy_tree, image_directory, lay_out
 from rollserve.schema.sandbox import (
+    RUN_DIR,
     ApptainerSpec,
     BwrapSpec,
     LocalSpec,
@@ -198,6 +200,7 @@ class SandboxManager:
                 cgroup=cgroup,
                 on_close=self._forget,
                 unenforced=self._unenforced(spec.limits, cgroup, available),
+                run_dir=run_dir_of(workspace) if spec.run_dir else None,
             )
         except BaseException:
             await asyncio.shield(asyncio.to_thread(state.destroy, record))
@@ -217,6 +220,8 @@ class SandboxManager:
         record = state.SandboxRecord.create(self.settings.state_dir, sandbox_id, spec.backend)
         try:
             os.mkdir(record.path / "workspace")
+            if spec.run_dir:
+                make_run_dir(run_dir_of(record.path / "workspace"), spec)
             cgroup = Cgroup.create(self.settings.cgroup_root, sandbox_id, spec.limits)
             if cgroup is not None:
                 record.cgroup_dirs = [str(d) for d in cgroup.dirs]
@@ -256,6 +261,23 @@ class SandboxManager:
                 await self.close(sandbox)
             except OSError:
                 log.exception("closing sandbox %s failed", sandbox.id)
+
+
+def make_run_dir(run: Path, spec: SandboxSpec) -> None:
+    """A sandbox's run directory, with its writable ``out`` and a placeholder for each bind
+    that lands inside it (the directory is read-only inside the sandbox: a mount point there
+    must exist beforehand)."""
+    (run / "out").mkdir(parents=True)
+    for bind in spec.binds:
+        inside = PurePosixPath(bind.target)
+        if not inside.is_relative_to(RUN_DIR):
+            continue
+        placeholder = run / inside.relative_to(RUN_DIR)
+        placeholder.parent.mkdir(parents=True, exist_ok=True)
+        if bind.source.is_dir():
+            placeholder.mkdir(exist_ok=True)
+        else:
+            placeholder.touch()
 
 
 def _workdir(image: RunnableImage) -> str | None:

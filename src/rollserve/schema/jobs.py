@@ -142,6 +142,23 @@ class ExitReason(enum.StrEnum):
     MAX_TOKENS = "max_tokens"
     TIMEOUT = "timeout"
     AGENT_ERROR = "agent_error"
+    NO_MODEL_CALL = "no_model_call"  # an external agent ended without calling the model
+
+
+class AgentRun(_Model):
+    """How an agent process rollserve started ended (the external agent, a harness)."""
+
+    exit_code: int | None = Field(None, description="None: it was killed (time or limit)")
+    signal: int | None = Field(None, description="the signal that ended it, if one did")
+    wall_s: float = 0.0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    output_truncated: bool = Field(False, description="its output was cut (head and tail kept)")
+    ended_by: str | None = Field(
+        None, description="why rollserve ended it: timeout, max_turns, max_tokens, cancelled"
+    )
+    model_calls: int = 0
+    refused_calls: int = Field(0, description="its model calls the gateway answered with errors")
 
 
 class RolloutResult(_Model):
@@ -158,6 +175,12 @@ class RolloutResult(_Model):
     turns: int = 0
     patch: str | None = None
     tokens: Tokens | None = None
+    segments: list[Tokens] = Field(
+        default_factory=list,
+        description="every token segment in order, when there is more than one (an agent "
+        "that rewrote its history); ``tokens`` is the last",
+    )
+    agent_run: AgentRun | None = Field(None, description="the agent process, where one ran")
     tool_errors: int = Field(0, description="malformed or failed tool calls told to the model")
     min_policy_version: int | None = Field(None, description="the oldest version of any turn")
     max_policy_version: int | None = Field(None, description="the newest version of any turn")

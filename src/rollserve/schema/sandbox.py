@@ -47,6 +47,35 @@ def check_guest_workspace(value: str | None) -> str | None:
 
 _SYSTEM_DIRS = {"proc", "dev", "sys", "tmp", "run", "usr", "bin", "sbin", "lib", "lib64", "etc"}
 
+RUN_DIR = "/run/rollserve"
+"""Where a sandbox with ``run_dir`` sees its own run directory (read-only; ``out`` in it is
+writable): what rollserve hands an agent process (its task, the gateway's socket)."""
+
+
+class Bind(_Model):
+    """A host file or directory bound into the sandbox at ``target``."""
+
+    source: Path = Field(description="an existing absolute host path")
+    target: str = Field(description="the absolute path inside the sandbox")
+    writable: bool = False
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError(f"{value} must be an absolute host path")
+        return value
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
+            raise ValueError(f"{value!r} must be an absolute path below / (no '..')")
+        if path.parts[1] in ("proc", "dev", "sys"):
+            raise ValueError(f"{value!r} is inside /{path.parts[1]}")
+        return str(path)
+
 
 class _SpecBase(_Model):
     template: Path | None = Field(
@@ -63,6 +92,14 @@ class _SpecBase(_Model):
         description="host directories bound read-only at the same path (a prepared environment)",
     )
     network: bool = Field(False, description="network access; off unless asked")
+    binds: list[Bind] = Field(
+        default_factory=list, description="host paths bound at other paths inside the sandbox"
+    )
+    run_dir: bool = Field(
+        False,
+        description=f"a private directory of the sandbox's own at {RUN_DIR} (read-only inside, "
+        "but for its out/), removed with the sandbox",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     path_prepend: list[str] = Field(
         default_factory=list,
@@ -121,6 +158,7 @@ class ExecResult(_Model):
     stderr: str
     duration_s: float
     timed_out: bool = False
+    truncated: bool = Field(False, description="the output was cut (head and tail kept)")
 
 
 class BackendCheck(_Model):

@@ -103,6 +103,12 @@ class Tokens(BaseModel):
         None, description="what the logprobs are: raw (before temperature) or processed"
     )
     turns: list[TurnInfo] = Field(default_factory=list)
+    segment: int = Field(0, ge=0, description="its place among the trajectory's segments")
+    started_by: str | None = Field(
+        None,
+        description="why a new segment began: the agent's history no longer extended an "
+        "earlier segment's (rewritten, truncated, another conversation)",
+    )
 
     @model_validator(mode="after")
     def _lengths_agree(self) -> Tokens:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from rollserve.schema.tokens import TurnInfo
 
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class FunctionCall(BaseModel):
@@ -101,6 +101,10 @@ class TurnLog(BaseModel):
     started_s: float = Field(0.0, description="seconds since the episode started")
     info: TurnInfo | None = None
     tools: list[ToolRun] = Field(default_factory=list)
+    segment: int | None = Field(None, description="token mode: the token segment it belongs to")
+    mode: Literal["token", "text"] | None = Field(
+        None, description="how the gateway served it: token ids, or text passed through"
+    )
 
 
 class Turn(BaseModel):

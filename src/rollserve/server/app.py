@@ -12,6 +12,8 @@ from rollserve import __version__
 from rollserve.pipeline.service import RolloutService
 from rollserve.pipeline.stages import Plugins
 from rollserve.server import errors
+from rollserve.server.gateway import gateway_routes
+from rollserve.server.gateway_server import GatewayServer
 from rollserve.server.guard import Guard, tokens
 from rollserve.server.routes import api, health, metrics_route
 from rollserve.server.timing import ServerTiming
@@ -28,15 +30,20 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
         service = RolloutService(settings, plugins)
         await service.start()
         app.state.service = service
+        app.state.gateway = service.gateway
+        door = GatewayServer(service.gateway, settings.gateway_socket_path, settings.max_request_mb)
         try:
+            await door.start()
             yield
         finally:
+            await door.stop()
             await service.stop()
 
     app = FastAPI(title="rollserve", version=__version__, lifespan=lifespan)
     app.include_router(health)
     app.include_router(api)
     app.include_router(metrics_route)
+    app.include_router(gateway_routes)
     mount_ui(app, settings)
     app.add_middleware(Guard, settings=settings)
     app.add_middleware(ServerTiming)  # added last: the outermost, timing the guard too

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 # Open without a token: probes, the API's own description, and the viewer's sign-in page.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/openapi.json", "/docs", "/redoc", "/ui/login"})
+# A running job's gateway: its per-job key in the path is the secret (agents send their own
+# API key, which the gateway ignores).
+OPEN_PREFIXES = ("/v1/gateway/",)
 READING = frozenset({"GET", "HEAD", "OPTIONS"})
 # The web viewer's session: the token, in an HttpOnly cookie set by /ui/login. It is taken for
 # reading only, so that no other site can make a browser write with it.
@@ -102,7 +105,8 @@ class Guard:
 
     def _authorize(self, scope: Scope, headers: Headers) -> str | None:
         """The name of the request's token (None when the API is open or the path is)."""
-        if not self.tokens or scope["path"] in OPEN_PATHS:
+        path = scope["path"]
+        if not self.tokens or path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
             return None
         given = headers.get("authorization", "")
         scheme, _, value = given.partition(" ")

@@ -33,6 +33,8 @@ class RunOutput:
     tool_errors: int = 0
     policy_versions: list[int] = field(default_factory=list)  # of every model call's segments
     turn_log: list[dict[str, Any]] = field(default_factory=list)  # TurnLog, one per model turn
+    segments: list[dict[str, Any]] = field(default_factory=list)  # Tokens, when more than one
+    agent_run: dict[str, Any] | None = None  # AgentRun: the agent process, where one ran
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +46,8 @@ class RunOutput:
             "tool_errors": self.tool_errors,
             "policy_versions": self.policy_versions,
             "turn_log": self.turn_log,
+            "segments": self.segments,
+            "agent_run": self.agent_run,
         }
 
     @classmethod
@@ -57,6 +61,8 @@ class RunOutput:
             tool_errors=data.get("tool_errors", 0),
             policy_versions=data.get("policy_versions", []),
             turn_log=data.get("turn_log", []),
+            segments=data.get("segments", []),
+            agent_run=data.get("agent_run"),
         )
 
 

@@ -1,0 +1,158 @@
+"""The gateway's routes: ``/v1/gateway/{key}/v1`` is an OpenAI-compatible base URL for one
+running job (``chat/completions``, ``models``), and ``/v1/gateway/{key}/sandbox/…`` drives the
+job's sandbox for a harness beside it. They are served on the API port (open without an API
+token: the key is the secret) and on the node's Unix socket that sandboxes reach."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, Field, ValidationError
+
+from rollserve.gateway.answers import chunks, completion
+from rollserve.gateway.base import Gateway, Refusal
+from rollserve.gateway.job import GatewayJob
+from rollserve.schema.openai import ChatRequest
+
+PREFIX = "/v1/gateway"
+gateway_routes = APIRouter(prefix=PREFIX + "/{key}", include_in_schema=True, tags=["gateway"])
+
+
+def _gateway(request: Request) -> Gateway:
+    found: Gateway = request.app.state.gateway
+    return found
+
+
+def _refused(refusal: Refusal) -> JSONResponse:
+    return JSONResponse(refusal.body(), status_code=refusal.status)
+
+
+def _job(request: Request, key: str) -> GatewayJob:
+    return _gateway(request).job(key)
+
+
+async def _raw(request: Request) -> bytes:
+    """The body, refused (413) past the server's bound on request bodies."""
+    limit: int = getattr(request.app.state, "gateway_max_bytes", 0)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if limit and size > limit:
+            raise Refusal(413, f"the body exceeds {limit} bytes", "request_too_large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _body(request: Request) -> Any:
+    raw = await _raw(request)
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise Refusal(400, f"the body is not valid JSON: {exc}", "invalid_json") from None
+
+
+def _invalid(exc: ValidationError) -> Refusal:
+    problem = exc.errors()[0]
+    param = ".".join(str(p) for p in problem["loc"]) or None
+    message = f"{param}: {problem['msg']}" if param else problem["msg"]
+    return Refusal(400, message, "invalid_request", param=param)
+
+
+@gateway_routes.post("/v1/chat/completions")
+async def chat_completions(key: str, request: Request) -> Response:
+    """One model turn of the job, as an OpenAI chat completion (SSE with ``stream``)."""
+    try:
+        job = _job(request, key)
+        try:
+            body = ChatRequest.model_validate(await _body(request))
+        except ValidationError as exc:
+            job.refused += 1
+            raise _invalid(exc) from None
+        reply = await job.chat(body)
+    except Refusal as refusal:
+        return _refused(refusal)
+    if body.stream:
+        include = bool((body.stream_options or {}).get("include_usage"))
+        return StreamingResponse(
+            iter(list(chunks(reply, include_usage=include))), media_type="text/event-stream"
+        )
+    return JSONResponse(completion(reply))
+
+
+@gateway_routes.get("/v1/models")
+async def models(key: str, request: Request) -> Response:
+    """The one model the job is served by."""
+    try:
+        job = _job(request, key)
+    except Refusal as refusal:
+        return _refused(refusal)
+    card = {"id": job.model, "object": "model", "created": 0, "owned_by": "rollserve"}
+    return JSONResponse({"object": "list", "data": [card]})
+
+
+class ShellCommand(BaseModel):
+    """A command for the job's shell."""
+
+    command: str = Field(min_length=1)
+    timeout: float | None = Field(None, gt=0)
+
+
+@gateway_routes.post("/sandbox/shell")
+async def shell(key: str, request: Request) -> Response:
+    """Run a command in the job's persistent shell (its sandbox's PTY bash)."""
+    try:
+        job = _job(request, key)
+        try:
+            command = ShellCommand.model_validate(await _body(request))
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        result = await job.sandbox().run(command.command, command.timeout)
+    except Refusal as refusal:
+        return _refused(refusal)
+    return JSONResponse(result.model_dump(mode="json"))
+
+
+@gateway_routes.get("/sandbox/file")
+async def read_file(key: str, request: Request, path: str = Query(min_length=1)) -> Response:
+    """A file of the job's sandbox."""
+    try:
+        data = await _job(request, key).sandbox().read(path)
+    except Refusal as refusal:
+        return _refused(refusal)
+    return Response(data, media_type="application/octet-stream")
+
+
+@gateway_routes.put("/sandbox/file")
+async def write_file(key: str, request: Request, path: str = Query(min_length=1)) -> Response:
+    """Write a file of the job's sandbox (the body is its content)."""
+    try:
+        job = _job(request, key)
+        await job.sandbox().write(path, await _raw(request))
+    except Refusal as refusal:
+        return _refused(refusal)
+    return Response(status_code=204)
+
+
+class Submission(BaseModel):
+    """What a harness submits for evaluation (None: the task's default)."""
+
+    answer: str | None = None
+
+
+@gateway_routes.post("/submit")
+async def submit(key: str, request: Request) -> Response:
+    """The harness's submission; the job's evaluation takes it when the harness ends."""
+    try:
+        job = _job(request, key)
+        try:
+            given = Submission.model_validate(await _body(request))
+        except ValidationError as exc:
+            raise _invalid(exc) from None
+        job.submitted = given.answer if given.answer is not None else ""
+    except Refusal as refusal:
+        return _refused(refusal)
+    return Response(status_code=204)
