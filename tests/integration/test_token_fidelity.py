@@ -17,10 +17,10 @@ from rollserve.agents.tool import ToolAgent
 from rollserve.agents.tools import tool_schemas
 from rollserve.llm.base import ChatCompletion, LLMBackend, SamplingParams, TokenCompletion
 from rollserve.llm.kinds import default_kinds
+from rollserve.llm.parsers import default_parsers
 from rollserve.llm.router import BackendFactory, Router
 from rollserve.llm.session import Models
 from rollserve.llm.templates import TemplateCache
-from rollserve.llm.parsers import default_parsers
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.backends import BackendSpec, BackendView

@@ -21,8 +21,8 @@ from rollserve.gateway.relay import RELAY_IN_SANDBOX, SOCKET_IN_SANDBOX, relay_b
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason
-from rollserve.schema.sandbox import RUN_DIR, Bind, SandboxSpec
+from rollserve.schema.jobs import AgentConfig, AgentRun
+from rollserve.schema.sandbox import RUN_DIR, Bind, ExecResult, SandboxSpec
 from rollserve.settings import Settings
 from rollserve.tasks.base import RunOutput
 
@@ -117,20 +117,13 @@ class ExternalAgent:
             argv = self._argv(own, sandbox, context, run.key)
             began = time.monotonic()
             process = asyncio.create_task(sandbox.exec(argv))
-            ended_by = await run.wait(process)
-            wall = time.monotonic() - began
-            result = process.result() if process.done() and not process.cancelled() else None
-            context.agent_run = AgentRun(
-                exit_code=result.exit_code if result is not None else None,
-                signal=_signal(result.exit_code) if result is not None else None,
-                wall_s=round(wall, 6),
-                stdout_tail=result.stdout[-_TAIL:] if result is not None else "",
-                stderr_tail=result.stderr[-_TAIL:] if result is not None else "",
-                output_truncated=result.truncated if result is not None else False,
-                ended_by=ended_by,
-                model_calls=run.job.calls,
-                refused_calls=run.job.refused,
-            )
+            try:
+                ended_by = await run.wait(process)
+            except asyncio.CancelledError:  # the run's time is up (or the job was cancelled)
+                context.agent_run = _agent_run(None, time.monotonic() - began, "timeout", run)
+                raise
+            result = process.result() if not process.cancelled() else None
+            context.agent_run = _agent_run(result, time.monotonic() - began, ended_by, run)
             run.sync()
             context.submission = await self._submission(sandbox, context)
             return context.output(run.exit_reason(result.exit_code if result else None))
@@ -177,6 +170,23 @@ class ExternalAgent:
         return None
 
 
+def _agent_run(
+    result: ExecResult | None, wall_s: float, ended_by: str | None, run: GatewayRun
+) -> AgentRun:
+    """What the result keeps of the agent's process (None: it was killed)."""
+    return AgentRun(
+        exit_code=result.exit_code if result is not None else None,
+        signal=_signal(result.exit_code) if result is not None else None,
+        wall_s=round(wall_s, 6),
+        stdout_tail=result.stdout[-_TAIL:] if result is not None else "",
+        stderr_tail=result.stderr[-_TAIL:] if result is not None else "",
+        output_truncated=result.truncated if result is not None else False,
+        ended_by=ended_by,
+        model_calls=run.job.calls,
+        refused_calls=run.job.refused,
+    )
+
+
 def _write_task(run_dir: Path, prompt: str) -> None:
     (run_dir / "task.md").write_text(prompt)
 
@@ -191,6 +201,3 @@ def _read_answer(path: Path) -> str | None:
 
 def _signal(code: int | None) -> int | None:
     return code - 128 if code is not None and code > 128 else None
-
-
-__all__ = ["ANSWER_FILE", "TASK_FILE", "ExitReason", "ExternalAgent"]

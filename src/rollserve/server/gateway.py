@@ -58,7 +58,8 @@ async def _body(request: Request) -> Any:
 def _invalid(exc: ValidationError) -> Refusal:
     problem = exc.errors()[0]
     param = ".".join(str(p) for p in problem["loc"]) or None
-    message = f"{param}: {problem['msg']}" if param else problem["msg"]
+    why = str(problem["msg"]).removeprefix("Value error, ")
+    message = f"{param}: {why}" if param else why
     return Refusal(400, message, "invalid_request", param=param)
 
 
