@@ -15,20 +15,19 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollserve.agents.base import RunContext
-from rollserve.agents.gateway_run import GatewayRun
+from rollserve.agents.gateway_run import GatewayRun, default_submission
 from rollserve.errors import InvalidInputError
 from rollserve.gateway.relay import RELAY_IN_SANDBOX, SOCKET_IN_SANDBOX, relay_binary
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import AgentConfig, AgentRun
-from rollserve.schema.sandbox import RUN_DIR, Bind, ExecResult, SandboxSpec
+from rollserve.schema.jobs import AgentConfig
+from rollserve.schema.sandbox import RUN_DIR, Bind, SandboxSpec
 from rollserve.settings import Settings
 from rollserve.tasks.base import RunOutput
 
 TASK_FILE = f"{RUN_DIR}/task.md"
 ANSWER_FILE = f"{RUN_DIR}/out/answer.txt"
-_TAIL = 4000  # characters of the agent's stdout and stderr kept in the result
 _PROMPT_ENV_MAX = 65536  # a longer prompt is in the task file only (one variable's bound)
 _ANSWER_MAX = 1024 * 1024
 
@@ -120,10 +119,10 @@ class ExternalAgent:
             try:
                 ended_by = await run.wait(process)
             except asyncio.CancelledError:  # the run's time is up (or the job was cancelled)
-                context.agent_run = _agent_run(None, time.monotonic() - began, "timeout", run)
+                context.agent_run = run.agent_run(None, time.monotonic() - began, "timeout")
                 raise
             result = process.result() if not process.cancelled() else None
-            context.agent_run = _agent_run(result, time.monotonic() - began, ended_by, run)
+            context.agent_run = run.agent_run(result, time.monotonic() - began, ended_by)
             run.sync()
             context.submission = await self._submission(sandbox, context)
             return context.output(run.exit_reason(result.exit_code if result else None))
@@ -161,30 +160,7 @@ class ExternalAgent:
         answer = await asyncio.to_thread(_read_answer, sandbox.run_dir / "out" / "answer.txt")
         if answer is not None:
             return answer
-        diff = await sandbox.diff()
-        if diff.strip():
-            return diff
-        for message in reversed(context.messages):
-            if message.get("role") == "assistant" and message.get("content"):
-                return str(message["content"])
-        return None
-
-
-def _agent_run(
-    result: ExecResult | None, wall_s: float, ended_by: str | None, run: GatewayRun
-) -> AgentRun:
-    """What the result keeps of the agent's process (None: it was killed)."""
-    return AgentRun(
-        exit_code=result.exit_code if result is not None else None,
-        signal=_signal(result.exit_code) if result is not None else None,
-        wall_s=round(wall_s, 6),
-        stdout_tail=result.stdout[-_TAIL:] if result is not None else "",
-        stderr_tail=result.stderr[-_TAIL:] if result is not None else "",
-        output_truncated=result.truncated if result is not None else False,
-        ended_by=ended_by,
-        model_calls=run.job.calls,
-        refused_calls=run.job.refused,
-    )
+        return await default_submission(sandbox, context)
 
 
 def _write_task(run_dir: Path, prompt: str) -> None:
@@ -197,7 +173,3 @@ def _read_answer(path: Path) -> str | None:
             return file.read(_ANSWER_MAX).decode("utf-8", "replace")
     except FileNotFoundError:
         return None
-
-
-def _signal(code: int | None) -> int | None:
-    return code - 128 if code is not None and code > 128 else None

@@ -17,7 +17,11 @@ from rollserve.gateway.job import GatewayJob
 from rollserve.llm.parsers import parser_for_template
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
-from rollserve.schema.jobs import AgentConfig, ExitReason
+from rollserve.sandbox.base import Sandbox
+from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason
+from rollserve.schema.sandbox import ExecResult
+
+_TAIL = 4000  # characters of the agent's stdout and stderr kept in the result
 
 
 class GatewayRun:
@@ -58,6 +62,7 @@ class GatewayRun:
             request.agent or AgentConfig(),
             request.sampling,
             on_turn=told,
+            task=request.task.model_dump(mode="json"),
         )
         key = gateway.open(job)
         run = cls(context, job, key)
@@ -99,6 +104,21 @@ class GatewayRun:
             return "failure"
         return str(self.job.ended)
 
+    def agent_run(self, result: ExecResult | None, wall_s: float, ended_by: str | None) -> AgentRun:
+        """What the result keeps of the agent's process (``result`` None: it was killed)."""
+        code = result.exit_code if result is not None else None
+        return AgentRun(
+            exit_code=code,
+            signal=code - 128 if code is not None and code > 128 else None,
+            wall_s=round(wall_s, 6),
+            stdout_tail=result.stdout[-_TAIL:] if result is not None else "",
+            stderr_tail=result.stderr[-_TAIL:] if result is not None else "",
+            output_truncated=result.truncated if result is not None else False,
+            ended_by=ended_by,
+            model_calls=self.job.calls,
+            refused_calls=self.job.refused,
+        )
+
     def exit_reason(self, exit_code: int | None) -> ExitReason:
         """How the episode ended; rollserve's own failure raises (a retry, or stale)."""
         job = self.job
@@ -117,3 +137,15 @@ async def _stop(process: asyncio.Task[Any]) -> None:
     """Cancel the process's task (the sandbox kills the process) and wait for it."""
     process.cancel()
     await asyncio.gather(process, return_exceptions=True)
+
+
+async def default_submission(sandbox: Sandbox, context: RunContext) -> str | None:
+    """The submission when the agent named none: the workspace's diff where it changed the
+    workspace, else its last reply's text."""
+    diff = await sandbox.diff()
+    if diff.strip():
+        return diff
+    for message in reversed(context.messages):
+        if message.get("role") == "assistant" and message.get("content"):
+            return str(message["content"])
+    return None

@@ -65,8 +65,10 @@ class GatewayJob:
         config: AgentConfig,
         sampling: Sampling | None,
         on_turn: TurnHook | None = None,
+        task: dict[str, Any] | None = None,
     ) -> None:
         self.job_id = job_id
+        self.task = dict(task or {})  # the job's task, for a harness to read
         self.model = model or "rollserve"
         self.llm = llm
         self.parser = parser  # None: the chat template's own format, found at the first call

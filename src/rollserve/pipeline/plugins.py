@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rollserve.agents.base import Agent
 from rollserve.agents.external import ExternalAgent
+from rollserve.agents.harness import HarnessAgent
 from rollserve.agents.submit import SubmitAgent
 from rollserve.agents.tool import ToolAgent
 from rollserve.llm.parsers import default_parsers
@@ -30,4 +31,5 @@ def default_plugins() -> Plugins:
     agents.register(SubmitAgent.name, SubmitAgent())
     agents.register(ToolAgent.name, ToolAgent(parsers))
     agents.register(ExternalAgent.name, ExternalAgent(parsers))
+    agents.register(HarnessAgent.name, HarnessAgent(parsers))
     return Plugins(handlers=handlers, agents=agents, parsers=parsers)

@@ -95,6 +95,17 @@ async def models(key: str, request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [card]})
 
 
+@gateway_routes.get("/task")
+async def task(key: str, request: Request) -> Response:
+    """The job's task, model and workspace, for a harness."""
+    try:
+        job = _job(request, key)
+        workspace = job.sandbox().sandbox.guest_workspace
+    except Refusal as refusal:
+        return _refused(refusal)
+    return JSONResponse({"task": job.task, "model": job.model, "workspace": workspace})
+
+
 class ShellCommand(BaseModel):
     """A command for the job's shell."""
 
