@@ -1,5 +1,6 @@
-"""Properties of the tool-call parsers: every well-formed call survives format → parse, and no
-text, however broken, makes a parser raise or invent a call that the text does not hold."""
+"""Properties of the hermes tool-call parser (the format the tool agent asks for): every
+well-formed call survives format → parse, and no text, however broken, makes it raise or
+invent a call that the text does not hold. The other formats: test_toolcall_formats_props."""
 
 from __future__ import annotations
 
@@ -11,10 +12,9 @@ from typing import Any
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from rollserve.llm.parsers import default_parsers
-from rollserve.llm.toolcalls import ToolCall, ToolCallParser
+from rollserve.llm.toolcalls import HermesParser, ToolCall, ToolCallParser
 
-PARSERS: list[ToolCallParser] = [default_parsers().get(name) for name in default_parsers().names()]
+PARSERS: list[ToolCallParser] = [HermesParser()]
 TAGS = ("<tool_call>", "</tool_call>")
 
 # Any unicode (lone surrogates included: a JSON "\ud800" escape decodes to one), weighted

@@ -217,10 +217,10 @@ def test_to_openai() -> None:
 
 def test_default_parsers() -> None:
     parsers = default_parsers()
-    assert parsers.names() == ["hermes"]
+    assert sorted(parsers.names()) == ["hermes", "llama3_json", "mistral", "qwen3_coder"]
     assert isinstance(parsers.get("hermes"), HermesParser)
-    with pytest.raises(UnknownNameError, match="hermes"):
-        parsers.get("mistral")
+    with pytest.raises(UnknownNameError, match="qwen3_coder"):
+        parsers.get("granite")
 
 
 @pytest.mark.parametrize(
