@@ -109,8 +109,9 @@ class HarnessAgent:
                     **own.env,
                 }
                 began = time.monotonic()
-                process = asyncio.create_task(_run([str(own.python), "-m", "rollserve.harness",
-                                                    own.harness], env))
+                process = asyncio.create_task(
+                    _run([str(own.python), "-m", "rollserve.harness", own.harness], env)
+                )
                 try:
                     ended_by = await run.wait(process)
                 except asyncio.CancelledError:
@@ -151,14 +152,13 @@ async def _run(argv: list[str], env: dict[str, str]) -> ExecResult:
     try:
         await asyncio.gather(pump(proc.stdout, out), pump(proc.stderr, err), proc.wait())
     finally:
+        # whatever the harness left running in its group ends with it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
             await proc.wait()
-        else:  # what the harness left running in its group ends with it
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
     code = proc.returncode
+    assert code is not None
     return ExecResult(
         exit_code=128 - code if code < 0 else code,
         stdout=out.text(),

@@ -72,7 +72,7 @@ class AssignmentCounter:
         return str(head[2])
 
 
-class _MemoryStore:
+class MemoryBackendStore:
     """A BackendStore that keeps registrations in memory (nothing outlives the benchmark)."""
 
     def __init__(self) -> None:
@@ -133,7 +133,7 @@ async def _with_router(
     factory = FakeLLMFactory(behaviours=servers)
     kinds: Registry[BackendFactory] = Registry("inference backend kind")
     kinds.register("vllm", factory)
-    router = Router(Settings(llm_health_interval_s=3600.0), _MemoryStore(), kinds)
+    router = Router(Settings(llm_health_interval_s=3600.0), MemoryBackendStore(), kinds)
     await router.start()
     try:
         for name in servers:

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from rollserve.bench.gateway import bench_gateway, gateway_table
 from rollserve.bench.images import KINDS, bench_images, images_table
 from rollserve.bench.nodes import bench_nodes, nodes_table
 from rollserve.bench.overhead import OverheadWorkload, bench_overhead, overhead_table
@@ -270,6 +271,22 @@ def bench_soak_cmd(
         typer.echo(result.model_dump_json(indent=2))
         return
     Console().print(soak_table(result))
+
+
+@bench_app.command("gateway")
+def bench_gateway_cmd(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    turns: Annotated[int, typer.Option("--turns", min=1, help="calls per agent")] = 4,
+    concurrency: Annotated[
+        list[int] | None, typer.Option("--concurrency", min=1, help="agents at once")
+    ] = None,
+) -> None:
+    """The gateway's overhead per model call against calling the backend directly."""
+    result = bench_gateway(tuple(concurrency or (1, 100, 500)), turns)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+        return
+    Console().print(gateway_table(result))
 
 
 @bench_app.command("store")

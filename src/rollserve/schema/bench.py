@@ -319,3 +319,29 @@ class ViewerBenchResult(BaseModel):
     fill_s: float
     pages: list[ViewerPage]
     goal_ms: float
+
+
+class GatewayBenchRow(BaseModel):
+    """One concurrency of ``rollserve bench gateway``: per-call latency straight to the
+    backend and through the gateway, in milliseconds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    concurrency: int
+    calls: int
+    direct_p50_ms: float
+    direct_p99_ms: float
+    gateway_p50_ms: float
+    gateway_p99_ms: float
+    overhead_p50_ms: float
+    overhead_p99_ms: float
+
+
+class GatewayBenchResult(BaseModel):
+    """``rollserve bench gateway``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: int
+    results: list[GatewayBenchRow]
+    goal_overhead_p50_ms: float
