@@ -1,6 +1,6 @@
-"""``rollserve bench pipeline | overhead | scale`` with tiny parameters, as a user runs them:
-each command succeeds and its ``--json`` figures have the documented keys and add up.
-Behaviour only: no speed is asserted."""
+"""``rollserve bench pipeline | overhead | scale | gateway | …`` with tiny parameters, as a
+user runs them: each command succeeds and its ``--json`` figures have the documented keys and
+add up. Behaviour only: no speed is asserted."""
 
 from __future__ import annotations
 
@@ -103,6 +103,22 @@ def test_bench_scale_json() -> None:
     assert 0 < step["p50_s"] <= step["p99_s"]
     assert 0 < step["turn_p50_ms"] <= step["turn_p99_ms"]
     assert report["max_sustained"] == 20
+
+
+def test_bench_gateway_json() -> None:
+    report = _bench("gateway", "--concurrency", "1", "--concurrency", "3", "--turns", "2")
+    assert set(report) == {"turns", "results", "goal_overhead_p50_ms"}
+    assert [row["concurrency"] for row in report["results"]] == [1, 3]
+    for row in report["results"]:
+        assert row["calls"] == row["concurrency"] * 2
+        assert 0 < row["direct_p50_ms"] <= row["direct_p99_ms"]
+        assert 0 < row["gateway_p50_ms"] <= row["gateway_p99_ms"]
+        assert row["overhead_p50_ms"] == pytest.approx(
+            row["gateway_p50_ms"] - row["direct_p50_ms"], abs=0.002
+        )
+        assert row["overhead_p99_ms"] == pytest.approx(
+            row["gateway_p99_ms"] - row["direct_p99_ms"], abs=0.002
+        )
 
 
 def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -163,6 +164,7 @@ def bench_gateway(
             if proc is not None:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(work, ignore_errors=True)
     return GatewayBenchResult(turns=turns, results=rows, goal_overhead_p50_ms=1.0)
 
 
