@@ -157,15 +157,36 @@ def test_openai_sdk_agent_in_the_sandbox(
 
 
 @pytest.mark.slow
-def test_job_sampling_wins_over_the_agents(
-    agents: Path, running: Callable[..., tuple[Server, ScriptedLLMServer]]
+def test_job_sampling_wins_and_stop_strings_cut_the_reply(
+    agents: Path, running: Callable[..., tuple[Server, ScriptedLLMServer]], tiny_model: Path
 ) -> None:
-    server, _ = running(TURNS)
-    result = _job(server, {"command": [PYTHON, AGENT]}, agents, sampling={"temperature": 1.0})
+    from transformers import AutoTokenizer
+
+    rambling = {"content": "The answer is \\boxed{42}.\nObservation: 41, no, 43"}
+    server, llm = running([*TURNS[:-1], rambling])
+    command = [PYTHON, AGENT, "--stop", "\nObservation:"]
+    result = _job(server, {"command": command}, agents, sampling={"temperature": 1.0})
     assert result["reward"] == 1.0
-    assert {log["info"]["sampling"]["temperature"] for log in result["turn_log"]} == {1.0}
+    logs = result["turn_log"]
+    assert {log["info"]["sampling"]["temperature"] for log in logs} == {1.0}
+    # The agent's stop string: sent to the backend, recorded, and the reply cut before it.
+    assert all(log["info"]["sampling"]["stop"] == ["\nObservation:"] for log in logs)
+    sent = [body for path, body in llm.requests if path.endswith("/completions")][1:]
+    assert all(body["stop"] == ["\nObservation:"] for body in sent)
+    assert result["messages"][-1]["content"] == "The answer is \\boxed{42}."
+    assert "final: The answer is \\boxed{42}.\n" in result["agent_run"]["stdout_tail"]
     assert result["segments"] == []  # one segment: tokens holds it all
-    assert len(result["tokens"]["turns"]) == 3
+    tokens = result["tokens"]
+    assert len(tokens["turns"]) == 3
+    # What the policy generated past the stop string is still in the trajectory, as generated.
+    last = tokens["turns"][-1]["generation"]
+    ids = tokens["prompt_ids"] + tokens["response_ids"]
+    mask = [0] * len(tokens["prompt_ids"]) + tokens["response_mask"]
+    assert set(mask[last["start"] : last["end"]]) == {1}
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    text = llm.turn_text(ScriptedTurn.model_validate(rambling))
+    expected = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
+    assert ids[last["start"] : last["end"]] == expected
 
 
 @pytest.mark.slow

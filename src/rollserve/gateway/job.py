@@ -146,7 +146,9 @@ class GatewayJob:
             asked = getattr(request, name)
             if asked is not None and name not in fixed:
                 values[name] = asked
-        return SamplingParams(max_tokens=max_tokens, stop_token_ids=stops, **values)
+        return SamplingParams(
+            max_tokens=max_tokens, stop_token_ids=stops, stop=request.stops, **values
+        )
 
     # -- calls ----------------------------------------------------------------------------------
 
@@ -252,7 +254,7 @@ class GatewayJob:
         ids = done.token_ids
         if ids and ids[-1] in template.stop_ids:
             ids = ids[:-1]
-        text = template.decode(ids)
+        text, stopped = _cut_at_stop(template.decode(ids), request.stops)
         parsed = self._parse(request, text)
         message = self._assistant(parsed, text)
         segment.history = [*normals, normal(message)]
@@ -263,7 +265,7 @@ class GatewayJob:
             logprobs = list(zip(pieces, done.logprobs, strict=True))
         reply = Reply(
             message=message,
-            finish_reason=self._finish(parsed, done.finish_reason, message),
+            finish_reason=self._finish(parsed, "stop" if stopped else done.finish_reason, message),
             prompt_tokens=len(prompt),
             completion_tokens=len(done.token_ids),
             model=self.model,
@@ -384,3 +386,13 @@ class GatewayJob:
             "content": f"segment {segment.index} begins: {reason}",
         }
         return [note, *request.messages[last + 1 :]]
+
+
+def _cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
+    """The reply up to the first of the agent's stop strings (excluded, as OpenAI answers),
+    and whether one was found. The generated tokens stay whole in the trajectory: they are
+    what the policy produced, whether or not the backend stopped at the string."""
+    found = [i for i in (text.find(stop) for stop in stops) if i >= 0]
+    if not found:
+        return text, False
+    return text[: min(found)], True

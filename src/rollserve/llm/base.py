@@ -24,11 +24,17 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()  # strings an agent asked to stop at (the gateway)
 
     def fields(self) -> dict[str, Any]:
-        """The sampling fields as recorded with a turn (the stop ids are the template's)."""
+        """The sampling fields as recorded with a turn (the stop ids are the template's); the
+        stop strings only when there are some (none is every server's default)."""
         values = asdict(self)
         del values["stop_token_ids"]
+        if self.stop:
+            values["stop"] = list(self.stop)
+        else:
+            del values["stop"]
         return values
 
 

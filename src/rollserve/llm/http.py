@@ -172,6 +172,7 @@ class HttpBackend:
             "messages": messages,
             "max_tokens": sampling.max_tokens,
             **{name: fields[name] for name in self.chat_fields if fields[name] is not None},
+            **({"stop": fields["stop"]} if "stop" in fields else {}),
         }
         if tools:
             body["tools"] = tools

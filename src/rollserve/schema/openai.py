@@ -45,6 +45,14 @@ class ChatRequest(BaseModel):
                 raise ValueError(f"messages[{index}]: a tool message needs its tool_call_id")
         return value
 
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, value: str | list[str] | None) -> str | list[str] | None:
+        stops = [value] if isinstance(value, str) else value or []
+        if len(stops) > 4 or not all(stops):
+            raise ValueError("stop takes at most 4 non-empty strings")
+        return value
+
     @field_validator("tools")
     @classmethod
     def _tools(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:

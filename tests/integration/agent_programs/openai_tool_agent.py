@@ -5,6 +5,7 @@ its endpoint from OPENAI_BASE_URL / OPENAI_API_KEY (the SDK's own variables).
   --stream         ask for server-sent events and put the reply together from the chunks
   --summarize N    after N tool results, replace the history by a summary (a new segment)
   --answer-file    write the final reply to ROLLSERVE_ANSWER_FILE as well
+  --stop S         ask the model to stop at the string S
   --misbehave W    crash | no-model | hang | flood | malformed | late"""
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ TOOLS = [
 ]
 
 
-def complete(client: OpenAI, messages: list[dict], stream: bool) -> dict:
+def complete(client: OpenAI, messages: list[dict], stream: bool, stop: list[str]) -> dict:
     """One turn as an assistant message dict (what the SDK returns, as the agent keeps it)."""
     if not stream:
         answer = client.chat.completions.create(
-            model="policy", messages=messages, tools=TOOLS, temperature=0.7
+            model="policy", messages=messages, tools=TOOLS, temperature=0.7, stop=stop or None
         )
         return answer.choices[0].message.model_dump(exclude_none=True)
     content, calls = "", {}
@@ -48,6 +49,7 @@ def complete(client: OpenAI, messages: list[dict], stream: bool) -> dict:
         tools=TOOLS,
         stream=True,
         stream_options={"include_usage": True},
+        stop=stop or None,
     ) as events:
         for chunk in events:
             if not chunk.choices:
@@ -79,6 +81,7 @@ def main() -> int:
     parser.add_argument("--summarize", type=int, default=0)
     parser.add_argument("--answer-file", action="store_true")
     parser.add_argument("--misbehave", default="")
+    parser.add_argument("--stop", action="append", default=[])
     args = parser.parse_args()
     with open(os.environ["ROLLSERVE_TASK_FILE"]) as file:
         task = file.read()
@@ -101,7 +104,7 @@ def main() -> int:
     messages: list[dict] = [system, {"role": "user", "content": task}]
     results = 0
     for _ in range(20):
-        reply = complete(client, messages, args.stream)
+        reply = complete(client, messages, args.stream, args.stop)
         messages.append(reply)
         if not reply.get("tool_calls"):
             if args.answer_file:
