@@ -84,3 +84,16 @@ def error_body(
 ) -> dict[str, Any]:
     """An error in OpenAI's shape, which the SDKs raise as their own exceptions."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: ErrorType
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIErrorBody(BaseModel):
+    """What the gateway answers when it refuses a call: OpenAI's error shape."""
+
+    error: OpenAIErrorDetail

@@ -15,10 +15,38 @@ from pydantic import BaseModel, Field, ValidationError
 from rollserve.gateway.answers import chunks, completion
 from rollserve.gateway.base import Gateway, Refusal
 from rollserve.gateway.job import GatewayJob
-from rollserve.schema.openai import ChatRequest
+from rollserve.schema.api import ErrorBody
+from rollserve.schema.openai import ChatRequest, OpenAIErrorBody
 
 PREFIX = "/v1/gateway"
-gateway_routes = APIRouter(prefix=PREFIX + "/{key}", include_in_schema=True, tags=["gateway"])
+
+_REFUSALS = {
+    400: "a body that is not JSON or not valid for the route, or a call past the job's limits",
+    404: "no running job has this key",
+    409: "the job offers no sandbox to its agent",
+    410: "the key's job has ended",
+    413: "a request body over the server's bound",
+    503: "rollserve could not serve the call (no backend): the job is retried",
+}
+
+
+def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI declarations of the gateway's refusals (OpenAI's error shape)."""
+    return {s: {"model": OpenAIErrorBody, "description": _REFUSALS[s]} for s in statuses}
+
+
+def _body_of(model: type[BaseModel]) -> dict[str, Any]:
+    """The request body a route reads itself, declared (the route answers 400, not 422)."""
+    schema = {"application/json": {"schema": model.model_json_schema()}}
+    return {"requestBody": {"required": True, "content": schema}}
+
+
+gateway_routes = APIRouter(
+    prefix=PREFIX + "/{key}",
+    tags=["gateway"],
+    responses=_refusals(404, 410)
+    | {422: {"model": ErrorBody, "description": "invalid path or query parameters"}},
+)
 
 
 def _gateway(request: Request) -> Gateway:
@@ -63,7 +91,20 @@ def _invalid(exc: ValidationError) -> Refusal:
     return Refusal(400, message, "invalid_request", param=param)
 
 
-@gateway_routes.post("/v1/chat/completions")
+@gateway_routes.post(
+    "/v1/chat/completions",
+    responses=_refusals(400, 413, 503)
+    | {
+        200: {
+            "description": "an OpenAI chat completion; with ``stream``, its chunks as events",
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            },
+        }
+    },
+    openapi_extra=_body_of(ChatRequest),
+)
 async def chat_completions(key: str, request: Request) -> Response:
     """One model turn of the job, as an OpenAI chat completion (SSE with ``stream``)."""
     try:
@@ -95,7 +136,7 @@ async def models(key: str, request: Request) -> Response:
     return JSONResponse({"object": "list", "data": [card]})
 
 
-@gateway_routes.get("/task")
+@gateway_routes.get("/task", responses=_refusals(409))
 async def task(key: str, request: Request) -> Response:
     """The job's task, model and workspace, for a harness."""
     try:
@@ -113,7 +154,9 @@ class ShellCommand(BaseModel):
     timeout: float | None = Field(None, gt=0)
 
 
-@gateway_routes.post("/sandbox/shell")
+@gateway_routes.post(
+    "/sandbox/shell", responses=_refusals(400, 409, 413), openapi_extra=_body_of(ShellCommand)
+)
 async def shell(key: str, request: Request) -> Response:
     """Run a command in the job's persistent shell (its sandbox's PTY bash)."""
     try:
@@ -128,7 +171,11 @@ async def shell(key: str, request: Request) -> Response:
     return JSONResponse(result.model_dump(mode="json"))
 
 
-@gateway_routes.get("/sandbox/file")
+@gateway_routes.get(
+    "/sandbox/file",
+    responses=_refusals(400, 409)
+    | {200: {"description": "the file", "content": {"application/octet-stream": {}}}},
+)
 async def read_file(key: str, request: Request, path: str = Query(min_length=1)) -> Response:
     """A file of the job's sandbox."""
     try:
@@ -138,7 +185,12 @@ async def read_file(key: str, request: Request, path: str = Query(min_length=1))
     return Response(data, media_type="application/octet-stream")
 
 
-@gateway_routes.put("/sandbox/file")
+@gateway_routes.put(
+    "/sandbox/file",
+    status_code=204,
+    responses=_refusals(400, 409, 413),
+    openapi_extra={"requestBody": {"required": True, "content": {"application/octet-stream": {}}}},
+)
 async def write_file(key: str, request: Request, path: str = Query(min_length=1)) -> Response:
     """Write a file of the job's sandbox (the body is its content)."""
     try:
@@ -155,7 +207,12 @@ class Submission(BaseModel):
     answer: str | None = None
 
 
-@gateway_routes.post("/submit")
+@gateway_routes.post(
+    "/submit",
+    status_code=204,
+    responses=_refusals(400, 413),
+    openapi_extra=_body_of(Submission),
+)
 async def submit(key: str, request: Request) -> Response:
     """The harness's submission; the job's evaluation takes it when the harness ends."""
     try:
