@@ -1,7 +1,8 @@
 """The web viewer in headless Chromium against a real server with real jobs: the sign-in and
 its 401, the fleet view updating as jobs move, filters narrowing the jobs table, a GRPO group,
-a trajectory whose tool call, output, reward and token mask match the job's JSON, and the
-offline viewer over a demo results file."""
+a trajectory whose tool call, output, reward and token mask match the job's JSON, an external
+agent's trajectory with its process and token segments, and the offline viewer over a demo
+results file."""
 
 from __future__ import annotations
 
@@ -179,6 +180,91 @@ def test_a_trajectory_page_matches_the_jobs_json(browser: Any, viewer: Viewer) -
     link = page.locator("[data-testid=download-json]")
     assert link.get_attribute("href") == "/v1/jobs/solve"
     shot(page, "trajectory")
+    assert errors == []
+
+
+# An agent rollserve did not write, on Python's standard library alone: one tool call, then a
+# fresh conversation that carries what the tool printed (a history rewrite: a second segment).
+STDLIB_AGENT = """
+import json, os, subprocess, urllib.request
+BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object",
+        "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+def chat(messages):
+    body = json.dumps({"model": "mine", "messages": messages, "tools": [BASH]}).encode()
+    headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
+               "Content-Type": "application/json"}
+    url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
+    with urllib.request.urlopen(urllib.request.Request(url, body, headers)) as answer:
+        return json.load(answer)["choices"][0]["message"]
+task = open(os.environ["ROLLSERVE_TASK_FILE"]).read()
+reply = chat([{"role": "user", "content": task}])
+command = json.loads(reply["tool_calls"][0]["function"]["arguments"])["command"]
+out = subprocess.run(["bash", "-c", command], capture_output=True, text=True).stdout
+print(chat([{"role": "user", "content": task + " A tool printed: " + out}])["content"])
+"""
+
+
+def test_an_external_agents_trajectory_shows_its_process_and_segments(
+    browser: Any, viewer: Viewer, tiny_model: Path
+) -> None:
+    """An external agent in its sandbox, through the gateway in token mode: its page shows the
+    agent process, marks where its second token segment began, and shows each segment's
+    tokens and mask as the job's JSON has them."""
+    turns = [{"content": "probe"}, SOLVE[0], {"content": "The answer is \\boxed{42}."}]
+    with ScriptedLLMServer(turns, model="ext", tokenizer=tiny_model) as llm:
+        spec = {
+            "id": "ext",
+            "kind": "vllm",
+            "url": llm.url,
+            "model": "ext",
+            "tokenizer": str(tiny_model),
+        }
+        assert viewer.admin.post("/v1/llm/backends", json=spec).status_code == 201
+        try:
+            agent = {"name": "external", "command": ["python3", "-c", STDLIB_AGENT]}
+            task = {"task_id": "six-externally", **MATH}
+            viewer.submit([{"job_id": "external", "task": task, "model": "ext", "agent": agent}])
+            job = viewer.wait("external")
+        finally:
+            viewer.admin.delete("/v1/llm/backends/ext")
+    result = job["result"]
+    assert result["reward"] == 1.0, job
+    segments = result["segments"]
+    assert len(segments) == 2 and result["agent_run"]["model_calls"] == 2
+    page, errors = sign_in(browser, viewer)
+    page.goto(f"{viewer.url}/ui/#/jobs/external")
+    _ready(page, "trajectory")
+    run = page.locator("[data-testid=agent-run]")
+    assert _text(page, "[data-testid=agent-exit]") == "0"
+    assert _text(page, "[data-testid=agent-calls]") == "2"
+    assert "The answer is" in run.locator("[data-testid=agent-stdout]").inner_text()
+    badges = page.locator("[data-testid=turn-segment]").all_inner_texts()
+    assert [b.strip() for b in badges] == ["segment 0", "segment 1"]
+    mark = page.locator("[data-testid=segment-mark]")
+    assert mark.count() == 1 and "segment 1 begins" in mark.inner_text()
+    picks = page.locator("[data-testid=segment-pick]")
+    assert picks.count() == 2
+    view = page.locator("[data-testid=token-view]")
+
+    def shown() -> list[list[Any]]:
+        spans = view.locator("span.tok")
+        found: list[list[Any]] = spans.evaluate_all(
+            "s => s.map(t => [t.dataset.mask, Number(t.dataset.id)])"
+        )
+        return found
+
+    def expected(index: int) -> list[list[Any]]:
+        tokens = segments[index]
+        pairs = zip(tokens["response_mask"], tokens["response_ids"], strict=True)
+        return [["p", i] for i in tokens["prompt_ids"]] + [[str(m), i] for m, i in pairs]
+
+    # The page opens on the last segment, with why it began; then the first, on demand.
+    assert view.get_attribute("data-segment") == "1" and shown() == expected(1)
+    assert "the agent's history" in _text(page, "[data-testid=segment-why]")
+    picks.nth(0).click()
+    assert view.get_attribute("data-segment") == "0" and shown() == expected(0)
+    assert _text(page, "[data-testid=segment-why]") == "segment 0 began: the first call"
+    shot(page, "external-trajectory")
     assert errors == []
 
 

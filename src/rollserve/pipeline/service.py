@@ -17,7 +17,7 @@ from rollserve.llm.session import Models
 from rollserve.llm.templates import ChatTemplate, TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
 from rollserve.pipeline.stages import Plugins, StageRunner, validate
-from rollserve.pipeline.trajectories import build_trajectory
+from rollserve.pipeline.trajectories import add_token_text, build_trajectory
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.api import JobQuery, JobsPage, Trajectory
 from rollserve.schema.backends import ModelState, PauseRequest
@@ -180,8 +180,7 @@ class RolloutService:
         if found.tokens is not None:
             template = await self._template_of(found)
             if template is not None:
-                ids = found.tokens.prompt_ids + found.tokens.response_ids
-                found.token_text = await asyncio.to_thread(template.pieces, ids)
+                await asyncio.to_thread(add_token_text, found, template.pieces)
         return found
 
     async def _template_of(self, trajectory: Trajectory) -> ChatTemplate | None:

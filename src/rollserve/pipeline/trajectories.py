@@ -3,7 +3,7 @@ events its episode appended while it runs (or when it failed before a result).""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rollserve.schema.api import Trajectory
 from rollserve.schema.jobs import TERMINAL, JobView
@@ -36,6 +36,8 @@ def build_trajectory(view: JobView, *, events: Sequence[JobEvent] = ()) -> Traje
         trajectory.patch = result.patch
         trajectory.tool_errors = result.tool_errors
         trajectory.tokens = result.tokens
+        trajectory.segments = result.segments
+        trajectory.agent_run = result.agent_run
         return trajectory
     latest = max((e.attempt for e in events), default=None)
     messages: list[Message] = []
@@ -49,3 +51,15 @@ def build_trajectory(view: JobView, *, events: Sequence[JobEvent] = ()) -> Traje
     trajectory.prelude, trajectory.turns = split_turns(messages, logs)
     trajectory.live = latest is not None and view.status not in TERMINAL
     return trajectory
+
+
+def add_token_text(trajectory: Trajectory, pieces: Callable[[list[int]], list[str]]) -> None:
+    """Each token of ``trajectory``'s tokens, and of every segment, as text by ``pieces``."""
+    if trajectory.tokens is not None:
+        trajectory.token_text = pieces(
+            trajectory.tokens.prompt_ids + trajectory.tokens.response_ids
+        )
+    if trajectory.segments:
+        trajectory.segment_text = [
+            pieces(segment.prompt_ids + segment.response_ids) for segment in trajectory.segments
+        ]

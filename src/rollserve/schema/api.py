@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from rollserve.schema.jobs import (
+    AgentRun,
     ExitReason,
     JobErrorInfo,
     JobRequest,
@@ -140,3 +141,12 @@ class Trajectory(BaseModel):
     token_text: list[str] | None = Field(
         None, description="each token of prompt_ids + response_ids as text, when known"
     )
+    segments: list[Tokens] = Field(
+        default_factory=list,
+        description="every token segment in order, when there is more than one; ``tokens`` "
+        "is the last",
+    )
+    segment_text: list[list[str]] | None = Field(
+        None, description="each segment's tokens as text, as ``token_text`` for ``tokens``"
+    )
+    agent_run: AgentRun | None = Field(None, description="the agent process, where one ran")

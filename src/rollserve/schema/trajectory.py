@@ -116,6 +116,8 @@ class Turn(BaseModel):
     tools: list[ToolRun] = Field(default_factory=list)
     info: TurnInfo | None = None
     started_s: float | None = None
+    segment: int | None = Field(None, description="token mode: the token segment it belongs to")
+    mode: Literal["token", "text"] | None = None
 
 
 def split_turns(
@@ -136,6 +138,8 @@ def split_turns(
                     tools=log.tools if log else [],
                     info=log.info if log else None,
                     started_s=log.started_s if log else None,
+                    segment=log.segment if log else None,
+                    mode=log.mode if log else None,
                 )
             )
         elif turns:

@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI, Query
 
 from rollserve.client.parquet import read_results
 from rollserve.errors import JobNotFoundError
-from rollserve.pipeline.trajectories import build_trajectory
+from rollserve.pipeline.trajectories import add_token_text, build_trajectory
 from rollserve.schema.api import JobQuery, JobsPage, JobSummary, Trajectory
 from rollserve.schema.jobs import JobView
 from rollserve.server import errors
@@ -125,8 +125,8 @@ def create_offline_app(
     @api.get("/jobs/{job_id}/trajectory", response_model=Trajectory)
     async def trajectory(job_id: str) -> Trajectory:
         found = build_trajectory(job(job_id))
-        if found.tokens is not None and token_text is not None:
-            found.token_text = token_text(found.tokens.prompt_ids + found.tokens.response_ids)
+        if token_text is not None:
+            add_token_text(found, token_text)
         return found
 
     @api.get("/jobs/{job_id}", response_model=JobView)

@@ -1,5 +1,5 @@
-// trajectory.js — one job's trajectory: header, error, stage timeline, prelude, turns, evaluation,
-// patch and tokens. Polled every second while the job is not terminal; each section re-renders only
+// trajectory.js — one job's trajectory: header, error, stage timeline, the agent process, prelude,
+// turns (segments marked), evaluation, patch and tokens (segment by segment). Polled every second while the job is not terminal; each section re-renders only
 // when its own data changed, and turn cards are keyed by index, so open <details> and scroll stay.
 
 import { ApiError, getJSON } from "./api.js";
@@ -10,6 +10,7 @@ import { tokenView } from "./tokens.js";
 
 const POLL_MS = 1000;
 const TURNS_PER_PAGE = 50;
+const SEGMENT_NOTE = "rollserve.segment"; // the note the gateway records where a token segment begins
 
 export function mountTrajectory(root, { ctx, param }) {
   const jobId = param;
@@ -49,7 +50,7 @@ class TrajectoryView {
     this.jobId = jobId;
     this.sections = {};
     this.keys = {};
-    for (const name of ["header", "error", "timeline", "prelude", "turns", "evaluation", "patch", "tokens"]) {
+    for (const name of ["header", "error", "timeline", "agent", "prelude", "turns", "evaluation", "patch", "tokens"]) {
       this.sections[name] = h("div", { class: `sec sec-${name}` });
       page.append(this.sections[name]);
     }
@@ -76,15 +77,16 @@ class TrajectoryView {
     this.lastT = t; // for turn paging clicks
     this.pollError.hidden = true;
     this.page.setAttribute("data-status", t.status ?? "");
-    const headerData = { ...t, prelude: undefined, turns: undefined, tokens: undefined, token_text: undefined, evaluation: undefined, patch: undefined, nturns: (t.turns || []).length };
+    const headerData = { ...t, prelude: undefined, turns: undefined, tokens: undefined, token_text: undefined, segments: undefined, segment_text: undefined, agent_run: undefined, evaluation: undefined, patch: undefined, nturns: (t.turns || []).length };
     this.section("header", headerData, () => renderHeader(t));
     this.section("error", t.error, () => (t.error ? renderError(t.error) : null));
     this.section("timeline", [t.timing, t.status], () => renderTimeline(t.timing, t.status));
+    this.section("agent", t.agent_run, () => (t.agent_run ? renderAgentRun(t.agent_run) : null));
     this.section("prelude", t.prelude, () => renderPrelude(t.prelude || []));
     this.updateTurns(t);
     this.section("evaluation", [t.evaluation, t.reward, t.kind, t.status], () => renderEvaluation(t));
     this.section("patch", t.patch, () => (t.patch ? renderPatch(t.patch) : null));
-    this.section("tokens", [t.tokens, t.token_text], () => (t.tokens ? card("Tokens", h("div", { "data-testid": "token-view" }, tokenView(t.tokens, t.token_text))) : null));
+    this.section("tokens", [t.tokens, t.token_text, t.segments, t.segment_text], () => renderTokens(t));
   }
 
   // ---- turns, paged, keyed by index -----------------------------------------------------------
@@ -203,6 +205,58 @@ function renderHeader(t) {
   );
 }
 
+// ---- the agent process (external agents, harnesses) -------------------------------------------
+
+function renderAgentRun(run) {
+  const field = (label, value, props = {}) => h("span", { class: "kv" }, h("span", { class: "k" }, label), h("span", { class: "v", ...props }, value));
+  const code = run.exit_code === null || run.exit_code === undefined ? "killed" : String(run.exit_code);
+  const codeClass = run.exit_code === 0 ? "good-text" : "bad-text";
+  const tail = (label, text) =>
+    text ? h("details", { class: "raw", open: true }, h("summary", null, label), longText(text, { class: "out", "data-testid": `agent-${label}` })) : null;
+  return card(
+    "Agent process",
+    h(
+      "div",
+      { "data-testid": "agent-run" },
+      h(
+        "div",
+        { class: "kv-row" },
+        field("exit", code, { class: `v ${codeClass}`, "data-testid": "agent-exit" }),
+        run.signal ? field("signal", String(run.signal)) : null,
+        run.ended_by ? field("ended by", run.ended_by, { class: "v warn-text" }) : null,
+        field("wall", fmtSecs(run.wall_s ?? 0)),
+        field("model calls", fmtInt(run.model_calls ?? 0), { "data-testid": "agent-calls" }),
+        field("refused", fmtInt(run.refused_calls ?? 0), { class: `v${(run.refused_calls || 0) > 0 ? " bad-text" : ""}` }),
+        run.output_truncated ? h("span", { class: "trunc-note" }, "output truncated") : null,
+      ),
+      tail("stdout", run.stdout_tail),
+      tail("stderr", run.stderr_tail),
+    ),
+  );
+}
+
+// ---- tokens, segment by segment ---------------------------------------------------------------
+
+function renderTokens(t) {
+  if (!t.tokens) return null;
+  const segments = Array.isArray(t.segments) && t.segments.length > 1 ? t.segments : null;
+  if (!segments) return card("Tokens", h("div", { "data-testid": "token-view" }, tokenView(t.tokens, t.token_text)));
+  const texts = Array.isArray(t.segment_text) ? t.segment_text : [];
+  const view = h("div", { "data-testid": "token-view" });
+  const why = h("p", { class: "muted small", "data-testid": "segment-why" });
+  const buttons = segments.map((seg, i) => h("button", { type: "button", class: "btn small", "data-testid": "segment-pick", "data-segment": String(seg.segment ?? i), onclick: () => show(i) }, `segment ${seg.segment ?? i} · ${fmtInt((seg.turns || []).length)} turn${(seg.turns || []).length === 1 ? "" : "s"}`));
+  function show(i) {
+    buttons.forEach((b, j) => b.classList.toggle("active", i === j));
+    const seg = segments[i];
+    view.setAttribute("data-segment", String(seg.segment ?? i));
+    why.textContent = `segment ${seg.segment ?? i} began: ${seg.started_by || "the first call"}`;
+    view.replaceChildren(tokenView(seg, texts[i]));
+  }
+  show(segments.length - 1);
+  const note = h("p", { class: "small" }, `${segments.length} token segments: the agent rewrote its history, so each segment is its own exact sequence with its own mask.`);
+  return card("Tokens", note, h("div", { class: "tok-pager" }, buttons), why, view);
+}
+
 // ---- error ------------------------------------------------------------------------------------
 
 function renderError(err) {
@@ -286,6 +340,8 @@ function turnMeta(turn) {
   if (i.finish_reason) add(`finish ${i.finish_reason}`);
   if (typeof turn.started_s === "number") add(h("span", { class: "muted" }, `at +${fmtSecs(turn.started_s)}`));
   if (i.truncated) add(h("span", { class: "badge warn-badge" }, "truncated"));
+  if (turn.segment !== null && turn.segment !== undefined) add(h("span", { class: "badge", "data-testid": "turn-segment" }, `segment ${turn.segment}`));
+  if (turn.mode === "text") add(h("span", { class: "badge warn-badge", title: "the backend had no tokenizer: text passed through" }, "text mode"));
   return bits;
 }
 
@@ -319,6 +375,8 @@ function renderTurn(turn) {
       if (!text && !(m.tool_calls || []).length) el.append(h("div", { class: "muted small" }, "(empty reply)"));
     } else if (m.role === "tool") {
       if (!used.has(m)) el.append(renderToolOutput(m, toolInfo.get(m.tool_call_id)));
+    } else if (m.role === "system" && m.name === SEGMENT_NOTE) {
+      el.append(h("div", { class: "segment-mark", "data-testid": "segment-mark" }, messageText(m)));
     } else if (m.role === "user") {
       el.append(h("div", { class: "note" }, h("span", { class: "role" }, "note to the model"), longText(messageText(m), { class: "text" })));
     } else {
