@@ -106,12 +106,23 @@ def test_bench_scale_json() -> None:
 
 
 def test_bench_gateway_json() -> None:
-    report = _bench("gateway", "--concurrency", "1", "--concurrency", "3", "--turns", "2")
-    assert set(report) == {"turns", "results", "goal_overhead_p50_ms"}
+    report = _bench(
+        "gateway",
+        "--concurrency",
+        "1",
+        "--concurrency",
+        "3",
+        "--turns",
+        "2",
+        "--generation-ms",
+        "20",
+    )
+    assert set(report) == {"turns", "generation_ms", "results", "goal_overhead_p50_ms"}
+    assert report["generation_ms"] == 20
     assert [row["concurrency"] for row in report["results"]] == [1, 3]
     for row in report["results"]:
         assert row["calls"] == row["concurrency"] * 2
-        assert 0 < row["direct_p50_ms"] <= row["direct_p99_ms"]
+        assert 20 <= row["direct_p50_ms"] <= row["direct_p99_ms"]  # the backend's 20 ms
         assert 0 < row["gateway_p50_ms"] <= row["gateway_p99_ms"]
         assert row["overhead_p50_ms"] == pytest.approx(
             row["gateway_p50_ms"] - row["direct_p50_ms"], abs=0.002

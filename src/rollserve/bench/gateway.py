@@ -7,7 +7,13 @@ the direct calls and its token endpoint behind the gateway, at the same cost), a
 agents each hold a conversation of ``turns`` calls (a tool call answered, then the next call),
 first straight to the backend's ``chat/completions``, then through their keys (token mode: the
 template rendered, prefix matched, the tool call parsed). A call's latency is from its request
-to its parsed answer."""
+to its parsed answer.
+
+The backend answers each call after ``generation_ms``, as a real server takes a while to
+generate, and the agents start at times spread over one such period, as real ones are not in
+step: they then call at the rate real ones do, and the figures are the gateway's cost per
+call at that load. With 0 every agent calls again the moment it is answered: the node
+runs flat out and the figures measure its capacity (queueing) more than a call's cost."""
 
 from __future__ import annotations
 
@@ -94,9 +100,12 @@ class _Connection:
             self._writer.close()
 
 
-async def _conversation(url: str, turns: int, index: int, latencies: list[float]) -> None:
+async def _conversation(
+    url: str, turns: int, index: int, latencies: list[float], start_s: float
+) -> None:
     messages: list[dict[str, Any]] = [_SYSTEM, {"role": "user", "content": f"Task {index}."}]
     connection = _Connection(url)
+    await asyncio.sleep(start_s)
     try:
         for turn in range(turns + 1):  # the first call opens the connection: not counted
             body = {"model": "bench", "messages": messages, "tools": _TOOLS}
@@ -111,14 +120,22 @@ async def _conversation(url: str, turns: int, index: int, latencies: list[float]
         connection.close()
 
 
-async def _level(urls: list[str], turns: int) -> list[float]:
+async def _level(urls: list[str], turns: int, spread_s: float) -> list[float]:
+    """The latencies of ``turns`` calls of each agent, the agents' starts spread evenly over
+    ``spread_s`` (agents do not call in step: each began at its own time)."""
     latencies: list[float] = []
-    await asyncio.gather(*(_conversation(url, turns, i, latencies) for i, url in enumerate(urls)))
+    starts = [spread_s * i / len(urls) for i in range(len(urls))]
+    await asyncio.gather(
+        *(_conversation(u, turns, i, latencies, starts[i]) for i, u in enumerate(urls))
+    )
     return latencies
 
 
 def bench_gateway(
-    levels: tuple[int, ...] = (1, 100, 500), turns: int = 4, tokenizer: Path | None = None
+    levels: tuple[int, ...] = (1, 100, 500),
+    turns: int = 4,
+    tokenizer: Path | None = None,
+    generation_ms: float = 1000.0,
 ) -> GatewayBenchResult:
     from rollserve.testing.tiny_model import tiny_model_dir
 
@@ -126,7 +143,9 @@ def bench_gateway(
     model = tokenizer or tiny_model_dir(work / "model")
     agents = sum(levels)
     backend, backend_url = _start(
-        ["backend", str(model), str(work / "backend")], work / "backend", work / "backend.log"
+        ["backend", str(model), str(generation_ms), str(work / "backend")],
+        work / "backend",
+        work / "backend.log",
     )
     node = None
     try:
@@ -140,11 +159,13 @@ def bench_gateway(
         rows = []
         used = 0
         for level in levels:
-            direct = asyncio.run(_level([f"{backend_url}/v1/chat/completions"] * level, turns))
+            spread = generation_ms / 1000
+            direct_urls = [f"{backend_url}/v1/chat/completions"] * level
+            direct = asyncio.run(_level(direct_urls, turns, spread))
             mine = keys[used : used + level]
             used += level
             urls = [f"{gateway['url']}/v1/gateway/{k}/v1/chat/completions" for k in mine]
-            through = asyncio.run(_level(urls, turns))
+            through = asyncio.run(_level(urls, turns, spread))
             d50, d99 = quantile(direct, 0.5), quantile(direct, 0.99)
             g50, g99 = quantile(through, 0.5), quantile(through, 0.99)
             rows.append(
@@ -165,11 +186,14 @@ def bench_gateway(
                 proc.kill()
                 proc.wait()
         shutil.rmtree(work, ignore_errors=True)
-    return GatewayBenchResult(turns=turns, results=rows, goal_overhead_p50_ms=1.0)
+    return GatewayBenchResult(
+        turns=turns, generation_ms=generation_ms, results=rows, goal_overhead_p50_ms=1.0
+    )
 
 
 def gateway_table(result: GatewayBenchResult) -> Table:
-    table = Table(title=f"gateway overhead per call ({result.turns} calls per agent)")
+    title = f"gateway overhead per call ({result.turns} calls per agent, "
+    table = Table(title=f"{title}backend {result.generation_ms:g} ms a call)")
     for name in ("agents", "direct p50", "gateway p50", "overhead p50", "overhead p99"):
         table.add_column(name, justify="right")
     for row in result.results:

@@ -3,7 +3,7 @@ model server, token and chat endpoints) and a gateway node (the gateway's routes
 per-job sessions, with one open key per emulated agent), each in its own process so that
 neither shares the driver's cores' event loop.
 
-  python -m rollserve.bench.gateway_node backend TOKENIZER PORT_FILE
+  python -m rollserve.bench.gateway_node backend TOKENIZER GENERATION_MS PORT_FILE
   python -m rollserve.bench.gateway_node node BACKEND_URL TOKENIZER AGENTS PORT_FILE"""
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ from rollserve.settings import Settings
 MODEL = "bench"
 
 
-def backend(tokenizer: str, port_file: Path) -> None:
-    """A backend whose every answer is the same tool-calling turn, precomputed: its token
-    endpoint (vLLM's ``/completions``) and its chat endpoint cost it the same, so that the
-    difference between the two paths is the gateway's."""
+def backend(tokenizer: str, generation_ms: float, port_file: Path) -> None:
+    """A backend whose every answer is the same tool-calling turn, precomputed, given after
+    ``generation_ms`` (the time a real server generates, spent waiting, not computing): its
+    token endpoint (vLLM's ``/completions``) and its chat endpoint cost it the same, so that
+    the difference between the two paths is the gateway's."""
     from transformers import AutoTokenizer
 
     from rollserve.llm.toolcalls import HermesParser, ToolCall
@@ -90,6 +91,8 @@ def backend(tokenizer: str, port_file: Path) -> None:
         path = scope["path"]
         if path.endswith("/completions") and scope["method"] == "POST":
             json.loads(b"".join(chunks))  # read as a server reads it, on both paths
+            if generation_ms:
+                await asyncio.sleep(generation_ms / 1000)
             answer = chat if path.endswith("/chat/completions") else completions
         else:
             answer = models
@@ -168,6 +171,6 @@ async def _listening(server: uvicorn.Server, serving: asyncio.Task[None]) -> Non
 if __name__ == "__main__":
     role, *rest = sys.argv[1:]
     if role == "backend":
-        backend(rest[0], Path(rest[1]))
+        backend(rest[0], float(rest[1]), Path(rest[2]))
     else:
         asyncio.run(node(rest[0], rest[1], int(rest[2]), Path(rest[3])))

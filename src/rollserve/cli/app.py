@@ -280,9 +280,13 @@ def bench_gateway_cmd(
     concurrency: Annotated[
         list[int] | None, typer.Option("--concurrency", min=1, help="agents at once")
     ] = None,
+    generation_ms: Annotated[
+        float,
+        typer.Option("--generation-ms", min=0, help="the backend's time per call (0: flat out)"),
+    ] = 1000.0,
 ) -> None:
     """The gateway's overhead per model call against calling the backend directly."""
-    result = bench_gateway(tuple(concurrency or (1, 100, 500)), turns)
+    result = bench_gateway(tuple(concurrency or (1, 100, 500)), turns, generation_ms=generation_ms)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return

@@ -16,6 +16,7 @@ from rollserve.errors import (
     RollserveError,
 )
 from rollserve.llm.base import ChatCompletion, SamplingParams
+from rollserve.llm.clients import ClientSet
 from rollserve.llm.templates import TemplateCache
 from rollserve.schema.backends import BackendView
 from rollserve.schema.tokens import LogprobMode
@@ -46,7 +47,7 @@ class HttpBackend:
         self.view = view
         self.templates = templates
         self._timeout_s = settings.llm_request_timeout_s
-        self._http = httpx.AsyncClient(timeout=httpx.Timeout(self._timeout_s, connect=_CONNECT_S))
+        self._http = ClientSet(httpx.Timeout(self._timeout_s, connect=_CONNECT_S))
 
     @property
     def token_mode(self) -> bool:
@@ -67,7 +68,7 @@ class HttpBackend:
         other refusals → BackendRequestError with what the server said."""
         try:
             async with asyncio.timeout(self._timeout_s):  # httpx bounds each read, not the call
-                answer = await self._http.request(method, url, json=body)
+                answer = await self._http.request(method, url, body)
         except (TimeoutError, httpx.TimeoutException) as exc:
             bound = (
                 f"could not connect within {_CONNECT_S:g}s"

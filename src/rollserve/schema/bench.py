@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 ShellMethod = Literal["pty", "tmux", "bash_c"]
 
@@ -343,5 +343,8 @@ class GatewayBenchResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     turns: int
+    generation_ms: float = Field(
+        description="how long the backend takes per call, on both paths (0: at once)"
+    )
     results: list[GatewayBenchRow]
     goal_overhead_p50_ms: float
