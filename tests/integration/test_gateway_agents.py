@@ -13,8 +13,11 @@ from typing import Any
 import httpx
 import pytest
 
+from rollserve.sandbox import SandboxManager
+from rollserve.settings import Settings
 from rollserve.testing.scripted import ScriptedLLMServer, ScriptedTurn
-from tests.integration.agents_env import IN_SANDBOX, agents_dir
+from tests.conformance.conftest import require
+from tests.integration.agents_env import IN_SANDBOX, PROGRAMS, agents_dir
 from tests.integration.conftest import Server, register_backend
 
 PROBE = {"content": "ok"}  # the turn registration's probe takes
@@ -44,8 +47,8 @@ def running(
 ) -> Iterator[Callable[[list[dict[str, Any]]], tuple[Server, ScriptedLLMServer]]]:
     made: list[ScriptedLLMServer] = []
 
-    def start(turns: list[dict[str, Any]]) -> tuple[Server, ScriptedLLMServer]:
-        server = server_factory(run_timeout_s="60")
+    def start(turns: list[dict[str, Any]], **env: str) -> tuple[Server, ScriptedLLMServer]:
+        server = server_factory(run_timeout_s="60", **env)
         server.start()
         llm = ScriptedLLMServer([PROBE, *turns], model="policy", tokenizer=tiny_model).start()
         made.append(llm)
@@ -80,14 +83,19 @@ def _job(server: Server, agent: dict[str, Any], agents: Path, **extra: Any) -> d
     return result
 
 
-def _check_tokens(result: dict[str, Any], llm: ScriptedLLMServer, tokenizer: Any) -> None:
+def _check_tokens(
+    result: dict[str, Any],
+    llm: ScriptedLLMServer,
+    tokenizer: Any,
+    turns: list[dict[str, Any]] = TURNS,
+) -> None:
     """Each segment exactly what the backend saw and generated: every turn's prompt is what
     the backend received, and (after a segment's first) the previous turn's prompt and
     generation plus a suffix; the generated ids and logprobs are what it returned; the mask is
     1 on exactly the generated tokens."""
     segments = result["segments"] or [result["tokens"]]
     sent = [body for path, body in llm.requests if path.endswith("/completions")][1:]
-    served = [ScriptedTurn.model_validate(t) for t in TURNS]
+    served = [ScriptedTurn.model_validate(t) for t in turns]
     call = 0
     for index, segment in enumerate(segments):
         assert segment["segment"] == index
@@ -154,6 +162,37 @@ def test_openai_sdk_agent_in_the_sandbox(
     assert len(notes) == 1
     # What the agent asked (its temperature) is honoured where the job sets nothing.
     assert [log["info"]["sampling"]["temperature"] for log in logs] == [0.7, 0.7, 0.7] or stream
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "apptainer"])
+def test_an_agent_on_the_standard_library_on_each_sandbox_backend(
+    running: Callable[..., tuple[Server, ScriptedLLMServer]], tiny_model: Path, backend: str
+) -> None:
+    """The gateway's socket and relay reach the agent on both backends: no mount, the host's
+    own ``python3``; a tool call, then a rewritten history (two segments)."""
+    from transformers import AutoTokenizer
+
+    require(SandboxManager(Settings()), backend)
+    turns = [TURNS[0], TURNS[-1]]
+    server, llm = running(turns, default_sandbox_backend=backend)
+    program = (PROGRAMS / "stdlib_agent.py").read_text()
+    request = {
+        "task": {"task_id": "six", "kind": "math", "prompt": "What is 6*7?", "answer": "42"},
+        "model": "policy",
+        "agent": {"name": "external", "command": ["python3", "-c", program]},
+    }
+    answer = httpx.post(f"{server.url}/v1/jobs", json=request, timeout=30)
+    job_id = answer.json()["job_id"]
+    view = httpx.get(f"{server.url}/v1/jobs/{job_id}", params={"wait": 120}, timeout=130).json()
+    assert view["status"] == "completed", view
+    result = view["result"]
+    assert result["reward"] == 1.0 and result["agent_run"]["exit_code"] == 0
+    assert result["agent_run"]["stdout_tail"] == "The answer is \\boxed{42}.\n"
+    assert [len(s["turns"]) for s in result["segments"]] == [1, 1]
+    # The tool ran in the sandbox and its output reached the model in the rewritten history.
+    users = [m["content"] for m in result["messages"] if m["role"] == "user"]
+    assert users == ["What is 6*7?", "What is 6*7? A tool printed: 42\n"]
+    _check_tokens(result, llm, AutoTokenizer.from_pretrained(str(tiny_model)), turns)
 
 
 @pytest.mark.slow

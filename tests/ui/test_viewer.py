@@ -20,6 +20,7 @@ from rollserve.cli.demo_report import write_trajectories
 from rollserve.client import wait_ready
 from rollserve.schema.jobs import JobView
 from rollserve.testing.scripted import ScriptedLLMServer
+from tests.integration.agents_env import PROGRAMS
 from tests.integration.conftest import ROOT
 from tests.servers import free_port
 from tests.ui.conftest import MATH, SOLVE, VIEWER, Viewer, open_page, shot, sign_in, submit_job
@@ -183,25 +184,7 @@ def test_a_trajectory_page_matches_the_jobs_json(browser: Any, viewer: Viewer) -
     assert errors == []
 
 
-# An agent rollserve did not write, on Python's standard library alone: one tool call, then a
-# fresh conversation that carries what the tool printed (a history rewrite: a second segment).
-STDLIB_AGENT = """
-import json, os, subprocess, urllib.request
-BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object",
-        "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
-def chat(messages):
-    body = json.dumps({"model": "mine", "messages": messages, "tools": [BASH]}).encode()
-    headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-               "Content-Type": "application/json"}
-    url = os.environ["OPENAI_BASE_URL"] + "/chat/completions"
-    with urllib.request.urlopen(urllib.request.Request(url, body, headers)) as answer:
-        return json.load(answer)["choices"][0]["message"]
-task = open(os.environ["ROLLSERVE_TASK_FILE"]).read()
-reply = chat([{"role": "user", "content": task}])
-command = json.loads(reply["tool_calls"][0]["function"]["arguments"])["command"]
-out = subprocess.run(["bash", "-c", command], capture_output=True, text=True).stdout
-print(chat([{"role": "user", "content": task + " A tool printed: " + out}])["content"])
-"""
+STDLIB_AGENT = (PROGRAMS / "stdlib_agent.py").read_text()
 
 
 def test_an_external_agents_trajectory_shows_its_process_and_segments(
