@@ -195,6 +195,35 @@ def test_an_agent_on_the_standard_library_on_each_sandbox_backend(
     _check_tokens(result, llm, AutoTokenizer.from_pretrained(str(tiny_model)), turns)
 
 
+def test_a_backend_without_a_tokenizer_is_passed_through_as_text_turns(
+    server_factory: Callable[..., Server],
+) -> None:
+    """Text mode: the call goes to the backend's chat endpoint as the agent sent it (with the
+    job's model), the answer comes back as the backend gave it, and the turns are recorded as
+    text, with no tokens."""
+    server = server_factory(run_timeout_s="60")
+    server.start()
+    turns = [TURNS[0], TURNS[-1]]
+    with ScriptedLLMServer(turns, model="hosted", native_tool_calls=True) as llm:
+        register_backend(server, kind="openai", url=llm.url, model="hosted")
+        program = (PROGRAMS / "stdlib_agent.py").read_text()
+        request = {
+            "task": {"task_id": "six", "kind": "math", "prompt": "What is 6*7?", "answer": "42"},
+            "model": "hosted",
+            "agent": {"name": "external", "command": ["python3", "-c", program]},
+        }
+        job_id = httpx.post(f"{server.url}/v1/jobs", json=request, timeout=30).json()["job_id"]
+        view = httpx.get(f"{server.url}/v1/jobs/{job_id}", params={"wait": 120}, timeout=130)
+        sent = [body for path, body in llm.requests if path.endswith("/chat/completions")]
+    result = view.json()["result"]
+    assert result["reward"] == 1.0 and result["agent_run"]["model_calls"] == 2
+    assert result["tokens"] is None and result["segments"] == []
+    assert [log["mode"] for log in result["turn_log"]] == ["text", "text"]
+    assert [body["model"] for body in sent] == ["hosted", "hosted"]  # not the agent's "mine"
+    assert sent[1]["messages"][-1]["content"] == "What is 6*7? A tool printed: 42\n"
+    assert result["messages"][-1]["content"] == "The answer is \\boxed{42}."
+
+
 @pytest.mark.slow
 def test_job_sampling_wins_and_stop_strings_cut_the_reply(
     agents: Path, running: Callable[..., tuple[Server, ScriptedLLMServer]], tiny_model: Path
