@@ -115,7 +115,8 @@ def test_a_sigkilled_node_loses_no_job(
         httpx.get(f"{c.url}/v1/jobs/j{i}", params={"wait": 90}, timeout=100).json()
         for i in range(12)
     ]
-    assert [v["status"] for v in views] == ["completed"] * 12
+    failed = {v["job_id"]: v.get("error") for v in views if v["status"] != "completed"}
+    assert failed == {}
     assert max(v["attempts"] for v in views) == 2  # b's jobs ran again, once
     feed = httpx.get(f"{a.url}/v1/results", params={"limit": 100}).json()["results"]
     assert sorted(r["job_id"] for r in feed) == sorted(f"j{i}" for i in range(12))  # once each
