@@ -1,6 +1,7 @@
 // trajectory.js — one job's trajectory: header, error, stage timeline, the agent process, prelude,
-// turns (segments marked), evaluation, patch and tokens (segment by segment). Polled every second while the job is not terminal; each section re-renders only
-// when its own data changed, and turn cards are keyed by index, so open <details> and scroll stay.
+// turns (segments marked), evaluation, patch and tokens (segment by segment). Polled every second
+// while the job is not terminal; each section re-renders only when its own data changed, and turn
+// cards are keyed by index, so open <details> and scroll stay.
 
 import { ApiError, getJSON } from "./api.js";
 import { card, fmtDateTime, fmtInt, fmtReward, fmtSecs, h, longText, pretty, statusBadge, TERMINAL, totalTiming } from "./dom.js";
