@@ -4,11 +4,13 @@ every status a route can answer is declared in the OpenAPI document."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from rollserve.errors import QueueFullError, RollserveError
@@ -27,9 +29,14 @@ _DESCRIPTIONS = {
 }
 
 
-def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI declarations of error statuses, for a route's or a router's ``responses``."""
-    return {s: {"model": ErrorBody, "description": _DESCRIPTIONS[s]} for s in statuses}
+def responses(
+    *statuses: int,
+    model: type[BaseModel] = ErrorBody,
+    descriptions: Mapping[int, str] = _DESCRIPTIONS,
+) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI declarations of error statuses, for a route's or a router's ``responses``:
+    rollserve's error body, or another ``model`` with its own ``descriptions``."""
+    return {s: {"model": model, "description": descriptions[s]} for s in statuses}
 
 
 def body(code: str, message: str, **details: Any) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field, ValidationError
 from rollserve.gateway.answers import chunks, completion
 from rollserve.gateway.base import Gateway, Refusal
 from rollserve.gateway.job import GatewayJob
-from rollserve.schema.api import ErrorBody
 from rollserve.schema.openai import ChatRequest, OpenAIErrorBody
+from rollserve.server import errors
 
 PREFIX = "/v1/gateway"
 
@@ -32,7 +32,7 @@ _REFUSALS = {
 
 def _refusals(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI declarations of the gateway's refusals (OpenAI's error shape)."""
-    return {s: {"model": OpenAIErrorBody, "description": _REFUSALS[s]} for s in statuses}
+    return errors.responses(*statuses, model=OpenAIErrorBody, descriptions=_REFUSALS)
 
 
 def _body_of(model: type[BaseModel]) -> dict[str, Any]:
@@ -44,8 +44,7 @@ def _body_of(model: type[BaseModel]) -> dict[str, Any]:
 gateway_routes = APIRouter(
     prefix=PREFIX + "/{key}",
     tags=["gateway"],
-    responses=_refusals(404, 410)
-    | {422: {"model": ErrorBody, "description": "invalid path or query parameters"}},
+    responses=_refusals(404, 410) | errors.responses(422),
 )
 
 
