@@ -54,12 +54,15 @@ def build_trajectory(view: JobView, *, events: Sequence[JobEvent] = ()) -> Traje
 
 
 def add_token_text(trajectory: Trajectory, pieces: Callable[[list[int]], list[str]]) -> None:
-    """Each token of ``trajectory``'s tokens, and of every segment, as text by ``pieces``."""
-    if trajectory.tokens is not None:
-        trajectory.token_text = pieces(
-            trajectory.tokens.prompt_ids + trajectory.tokens.response_ids
-        )
-    if trajectory.segments:
-        trajectory.segment_text = [
-            pieces(segment.prompt_ids + segment.response_ids) for segment in trajectory.segments
-        ]
+    """Each token of ``trajectory``'s tokens, and of every segment, as text by ``pieces``
+    (``tokens``, the last segment, decoded once)."""
+    texts = [pieces(s.prompt_ids + s.response_ids) for s in trajectory.segments]
+    if texts:
+        trajectory.segment_text = texts
+    tokens = trajectory.tokens
+    if tokens is None:
+        return
+    if texts and trajectory.segments[-1] == tokens:
+        trajectory.token_text = texts[-1]
+    else:
+        trajectory.token_text = pieces(tokens.prompt_ids + tokens.response_ids)
