@@ -22,6 +22,8 @@ from tests.integration.conftest import Server, register_backend
 
 PROBE = {"content": "ok"}  # the turn registration's probe takes
 PYTHON = f"{IN_SANDBOX}/venv/bin/python"
+# No mount: the host's own python3 runs it, the program given on its command line.
+STDLIB_AGENT = {"command": ["python3", "-c", (PROGRAMS / "stdlib_agent.py").read_text()]}
 AGENT = f"{IN_SANDBOX}/programs/openai_tool_agent.py"
 TURNS = [
     {
@@ -62,7 +64,11 @@ def running(
         llm.stop()
 
 
-def _job(server: Server, agent: dict[str, Any], agents: Path, **extra: Any) -> dict[str, Any]:
+def _job(
+    server: Server, agent: dict[str, Any], agents: Path | None, **extra: Any
+) -> dict[str, Any]:
+    """The result of a job of ``agent`` (``agents`` bound read-only for its code, if given)."""
+    mount = {"mount": str(agents)} if agents is not None else {}
     request = {
         "task": {
             "task_id": "six-times-seven",
@@ -71,7 +77,7 @@ def _job(server: Server, agent: dict[str, Any], agents: Path, **extra: Any) -> d
             "answer": "42",
         },
         "model": "policy",
-        "agent": {"name": "external", "mount": str(agents), **agent},
+        "agent": {"name": "external", **mount, **agent},
         **extra,
     }
     answer = httpx.post(f"{server.url}/v1/jobs", json=request, timeout=30)
@@ -175,17 +181,7 @@ def test_an_agent_on_the_standard_library_on_each_sandbox_backend(
     require(SandboxManager(Settings()), backend)
     turns = [TURNS[0], TURNS[-1]]
     server, llm = running(turns, default_sandbox_backend=backend)
-    program = (PROGRAMS / "stdlib_agent.py").read_text()
-    request = {
-        "task": {"task_id": "six", "kind": "math", "prompt": "What is 6*7?", "answer": "42"},
-        "model": "policy",
-        "agent": {"name": "external", "command": ["python3", "-c", program]},
-    }
-    answer = httpx.post(f"{server.url}/v1/jobs", json=request, timeout=30)
-    job_id = answer.json()["job_id"]
-    view = httpx.get(f"{server.url}/v1/jobs/{job_id}", params={"wait": 120}, timeout=130).json()
-    assert view["status"] == "completed", view
-    result = view["result"]
+    result = _job(server, STDLIB_AGENT, None)
     assert result["reward"] == 1.0 and result["agent_run"]["exit_code"] == 0
     assert result["agent_run"]["stdout_tail"] == "The answer is \\boxed{42}.\n"
     assert [len(s["turns"]) for s in result["segments"]] == [1, 1]
@@ -206,16 +202,8 @@ def test_a_backend_without_a_tokenizer_is_passed_through_as_text_turns(
     turns = [TURNS[0], TURNS[-1]]
     with ScriptedLLMServer(turns, model="hosted", native_tool_calls=True) as llm:
         register_backend(server, kind="openai", url=llm.url, model="hosted")
-        program = (PROGRAMS / "stdlib_agent.py").read_text()
-        request = {
-            "task": {"task_id": "six", "kind": "math", "prompt": "What is 6*7?", "answer": "42"},
-            "model": "hosted",
-            "agent": {"name": "external", "command": ["python3", "-c", program]},
-        }
-        job_id = httpx.post(f"{server.url}/v1/jobs", json=request, timeout=30).json()["job_id"]
-        view = httpx.get(f"{server.url}/v1/jobs/{job_id}", params={"wait": 120}, timeout=130)
+        result = _job(server, STDLIB_AGENT, None, model="hosted")
         sent = [body for path, body in llm.requests if path.endswith("/chat/completions")]
-    result = view.json()["result"]
     assert result["reward"] == 1.0 and result["agent_run"]["model_calls"] == 2
     assert result["tokens"] is None and result["segments"] == []
     assert [log["mode"] for log in result["turn_log"]] == ["text", "text"]
