@@ -230,8 +230,15 @@ class Settings(BaseSettings):
 
     @property
     def image_cache(self) -> Path:
-        """The image cache's directory."""
-        return self.image_cache_dir or self.tools_dir / "image-cache"
+        """The image cache's directory: ``image_cache_dir``, else the tools directory's shared
+        cache where this user may write it, else one under the data directory (a user's own,
+        as on a shared node where the tools belong to root)."""
+        if self.image_cache_dir is not None:
+            return self.image_cache_dir
+        shared = self.tools_dir / "image-cache"
+        if os.access(shared if shared.exists() else self.tools_dir, os.W_OK | os.X_OK):
+            return shared
+        return self.data_dir / "image-cache"
 
     @property
     def image_dir(self) -> Path:

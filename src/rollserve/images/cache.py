@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 
 from rollserve.errors import ImageCacheFullError, ImageConversionError
 from rollserve.images.base import ImageConfig, Opened
+from rollserve.trees import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class ImageCache:
                 final = self.images / _dir_name(opened.digest)
                 os.rename(work, final)
             except OSError as exc:
-                _discard(work)
+                remove_tree(work)
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                     raise ImageCacheFullError(
                         f"no space left in the image cache {self.root} while converting {ref}",
@@ -181,7 +181,7 @@ class ImageCache:
                     ) from exc
                 raise ImageConversionError(f"converting {ref} failed: {exc}", image=ref) from exc
             except BaseException:
-                _discard(work)
+                remove_tree(work)
                 raise
         image = self.get(opened.digest)
         assert image is not None
@@ -216,11 +216,11 @@ class ImageCache:
                         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     except BlockingIOError:
                         continue  # its conversion is still going on
-                    _discard(entry)
+                    remove_tree(entry)
                 finally:
                     os.close(fd)
             else:
-                _discard(entry)
+                remove_tree(entry)
             removed.append(entry.name)
         return removed
 
@@ -269,7 +269,7 @@ class ImageCache:
             os.rename(path, doomed)
         finally:
             os.close(fd)
-        _discard(doomed)
+        remove_tree(doomed)
         return True
 
 
@@ -284,20 +284,3 @@ def _mtime(path: Path) -> float | None:
         return path.stat().st_mtime
     except OSError:
         return None
-
-
-def _discard(path: Path) -> None:
-    """Remove a directory tree, read-only directories included."""
-
-    def onerror(func: Any, p: str, exc: Any) -> None:
-        if isinstance(exc[1], FileNotFoundError):
-            return
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, 0o700)
-        with contextlib.suppress(FileNotFoundError):
-            func(p)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=onerror)

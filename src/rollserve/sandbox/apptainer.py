@@ -125,6 +125,7 @@ class ApptainerBackend:
             workspace=guest,
             cwd=str(workspace),
             address_space_inside=True,
+            contained=self.settings.apptainer_userns,
         )
 
 

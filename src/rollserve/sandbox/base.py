@@ -38,6 +38,9 @@ class Launcher:
     ``signal_as_status`` says the wrapper reports a command killed by a signal as an exit
     status (128 + N) and is killed by one only from outside: a sandbox killed underneath its
     command, not the command's own end (Apptainer re-raises its command's signal instead).
+    ``contained`` says every process started through it runs in user and PID namespaces of
+    its own that end with the wrapper process: killing the wrapper kills all it started, and
+    nothing it started outlives it, so no search for its processes is ever needed.
     """
 
     prefix: list[str]
@@ -48,6 +51,7 @@ class Launcher:
     dies_with_parent: bool = False
     address_space_inside: bool = False
     signal_as_status: bool = False
+    contained: bool = False
     cwd: str | None = None
 
     def argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:

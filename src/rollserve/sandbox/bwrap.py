@@ -168,6 +168,7 @@ class BwrapBackend:
             tty_inside=True,
             dies_with_parent=True,
             signal_as_status=True,
+            contained=True,
             env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
             workspace=guest,
         )

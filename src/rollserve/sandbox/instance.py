@@ -27,6 +27,7 @@ from rollserve.sandbox import files, procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
 from rollserve.sandbox.limits import Cgroup, confine, prlimit_args, rlimits_for
 from rollserve.sandbox.output import HeadTail
+from rollserve.sandbox.workspace import Layout
 from rollserve.schema.sandbox import ExecResult, SandboxLimits
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,7 @@ class SandboxInstance:
         on_close: Callable[[SandboxInstance], None] | None = None,
         unenforced: dict[str, str] | None = None,
         run_dir: Path | None = None,
+        layout: Layout | None = None,
     ) -> None:
         self.id = record.id
         self.backend = record.backend
@@ -71,18 +73,28 @@ class SandboxInstance:
         self.run_dir = run_dir  # the host side of /run/rollserve, where the spec asked for it
         self._record = record
         self._launcher = launcher
-        self._workspace = workspace
+        layout = layout or Layout("bind")
+        self.workspace_mode = layout.how  # bind, copy or overlay
+        self._holder = layout.holder
+        # rollserve's own way to the workspace: through the holder where the mounts are its
+        self._workspace = workspace if self._holder is None else self._holder.host_path(workspace)
         self._template = template
         self._cgroup = cgroup
         rlimits = rlimits_for(limits, cgroup)
-        # The address-space limit goes inside the sandbox where the wrapper itself cannot run
-        # under it (Apptainer's Go runtime reserves about 1 GB of address space at start).
-        self._inner_rlimits = [
-            r for r in rlimits if launcher.address_space_inside and r[0] == resource.RLIMIT_AS
-        ]
+        # Set inside the sandbox: the address-space limit where the wrapper itself cannot run
+        # under it (Apptainer's Go runtime reserves about 1 GB of address space at start), and
+        # the process limit wherever the sandbox has a user namespace of its own — there it
+        # counts the sandbox's processes only, where outside it would count every process of
+        # rollserve's user (all the other sandboxes of a rootless node).
+        inner = {resource.RLIMIT_NPROC} if launcher.contained else set()
+        if launcher.address_space_inside:
+            inner.add(resource.RLIMIT_AS)
+        self._inner_rlimits = [r for r in rlimits if r[0] in inner]
         self._rlimits = [r for r in rlimits if r not in self._inner_rlimits]
         self._procs: dict[int, Proc] = {}
         self._ticks: dict[int, int] = {}
+        if self._holder is not None:  # killed and reaped with the sandbox's processes
+            self._procs[self._holder.pid] = self._holder.proc
         self._ttys: list[TtyProcess] = []
         self._spawning = 0
         self._spawns_done = asyncio.Event()
@@ -148,6 +160,8 @@ class SandboxInstance:
 
     def _confine(self, argv: list[str], *, take_tty: bool) -> list[str]:
         """The host command line that runs ``argv`` (already wrapped by the launcher)."""
+        if self._holder is not None:
+            argv = [*self._holder.enter(), *argv]
         return confine(
             argv,
             self._cgroup,
@@ -341,9 +355,12 @@ class SandboxInstance:
         self._retire_record(pid, members)
 
     def _kill_session(self, leader: int) -> None:
-        procfs.kill_sessions({leader: self._ticks.get(leader, 0)}, self._own())
+        if not self._launcher.contained:  # else its PID namespace went with the leader
+            procfs.kill_sessions({leader: self._ticks.get(leader, 0)}, self._own())
 
     def _session_members(self, leader: int) -> list[tuple[int, int]]:
+        if self._launcher.contained:
+            return []
         return procfs.session_members(leader, self._ticks.get(leader, 0), self._own())
 
     def _own(self) -> set[int] | None:

@@ -20,6 +20,76 @@ log = logging.getLogger(__name__)
 _MB = 1024 * 1024
 
 
+_SUBTREE = "rollserve"  # the directory under a place that holds its sandboxes' cgroups
+_V1_CONTROLLERS = ("memory", "pids", "freezer")
+
+
+@dataclass(frozen=True)
+class CgroupPlace:
+    """Where a node makes its sandboxes' cgroups: under ``top`` (one directory per cgroup v1
+    controller, or the one v2 directory, keyed ``""``), in ``top/rollserve/<sandbox>``.
+
+    As root that is the hierarchy's root. Otherwise it is a subtree delegated to rollserve's
+    user (systemd's ``Delegate=yes``, a batch system's job cgroup): on v1 the process's own
+    cgroup of each controller, where the user may write it; on v2 the parent of the process's
+    own cgroup (a cgroup that holds processes cannot give controllers to children)."""
+
+    version: int
+    top: dict[str, Path]
+    delegated: bool
+
+    @classmethod
+    def find(cls, root: Path, self_cgroup: str | None = None) -> CgroupPlace | None:
+        """The place on this host for this process (None: no cgroup it may write);
+        ``self_cgroup`` is ``/proc/self/cgroup``'s text (read here when not given)."""
+        v1 = [c for c in _V1_CONTROLLERS if (root / c).is_dir()]
+        v2 = not v1 and (root / "cgroup.controllers").is_file()
+        if os.geteuid() == 0:
+            if v1:
+                return cls(1, {c: root / c for c in v1}, delegated=False)
+            return cls(2, {"": root}, delegated=False) if v2 else None
+        if self_cgroup is None:
+            try:
+                self_cgroup = Path("/proc/self/cgroup").read_text()
+            except OSError:
+                return None
+        own = _own_cgroups(self_cgroup)
+        if v1:
+            top = {
+                c: root / c / own[c].lstrip("/")
+                for c in v1
+                if c in own and _writable(root / c / own[c].lstrip("/"))
+            }
+            return cls(1, top, delegated=True) if top else None
+        if v2 and "" in own and own[""] != "/":
+            parent = (root / own[""].lstrip("/")).parent
+            if parent != root and _writable(parent) and _writable(parent / "cgroup.subtree_control"):
+                return cls(2, {"": parent}, delegated=True)
+        return None
+
+    def describe(self) -> str:
+        """Where, in words (``rollserve sandbox check``)."""
+        where = ", ".join(str(d / _SUBTREE) for d in self.top.values())
+        kind = "a subtree delegated to this user" if self.delegated else "the hierarchy's root"
+        return f"cgroup v{self.version}, {kind}: {where}"
+
+
+def _own_cgroups(text: str) -> dict[str, str]:
+    """This process's cgroup per v1 controller, and under ``""`` its v2 cgroup."""
+    own: dict[str, str] = {}
+    for line in text.splitlines():
+        _, controllers, path = line.split(":", 2) if line.count(":") >= 2 else ("", "", "")
+        if not path:
+            continue
+        for controller in controllers.split(",") if controllers else [""]:
+            own[controller] = path
+    return own
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK | (os.X_OK if path.is_dir() else 0))
+
+
 @dataclass
 class Cgroup:
     """The cgroup directories of one sandbox (one per v1 controller, or one v2 directory)."""
@@ -29,54 +99,52 @@ class Cgroup:
     controllers: set[str] = field(default_factory=set)
 
     @classmethod
-    def create(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+    def create(cls, place: CgroupPlace | None, name: str, limits: SandboxLimits) -> Cgroup | None:
         """Make and configure the sandbox's cgroup; None where cgroups are not writable."""
-        if (root / "memory").is_dir() or (root / "pids").is_dir():
-            return cls._create_v1(root, name, limits)
-        if (root / "cgroup.controllers").is_file():
-            return cls._create_v2(root, name, limits)
-        return None
+        if place is None:
+            return None
+        if place.version == 1:
+            return cls._create_v1(place, name, limits)
+        return cls._create_v2(place.top[""], name, limits)
 
     @classmethod
-    def _create_v1(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+    def _create_v1(cls, place: CgroupPlace, name: str, limits: SandboxLimits) -> Cgroup | None:
         group = cls(dirs=[], version=1)
-        for ctrl in ("memory", "pids", "freezer"):
-            base = root / ctrl
-            if not base.is_dir():
-                continue
-            path = base / "rollserve" / name
+        paths: dict[str, Path] = {}
+        for ctrl, top in place.top.items():
+            path = top / _SUBTREE / name
             try:
                 path.mkdir(parents=True, exist_ok=True)
             except OSError:
                 continue
             group.dirs.append(path)
             group.controllers.add(ctrl)
+            paths[ctrl] = path
         if not group.dirs:
             return None
         try:
-            if limits.memory_mb and "memory" in group.controllers:
-                mem = root / "memory" / "rollserve" / name
-                _write(mem / "memory.limit_in_bytes", str(limits.memory_mb * _MB))
-                swap = mem / "memory.memsw.limit_in_bytes"
+            if limits.memory_mb and "memory" in paths:
+                _write(paths["memory"] / "memory.limit_in_bytes", str(limits.memory_mb * _MB))
+                swap = paths["memory"] / "memory.memsw.limit_in_bytes"
                 if swap.exists():
                     _write(swap, str(limits.memory_mb * _MB))
-            if limits.max_processes and "pids" in group.controllers:
-                _write(root / "pids" / "rollserve" / name / "pids.max", str(limits.max_processes))
+            if limits.max_processes and "pids" in paths:
+                _write(paths["pids"] / "pids.max", str(limits.max_processes))
         except OSError:
-            log.warning("cannot set cgroup limits under %s; using rlimits", root, exc_info=True)
+            log.warning("cannot set cgroup limits under %s; using rlimits", place, exc_info=True)
             group.remove()
             return None
         return group
 
     @classmethod
-    def _create_v2(cls, root: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
-        parent = root / "rollserve"
+    def _create_v2(cls, top: Path, name: str, limits: SandboxLimits) -> Cgroup | None:
+        parent = top / _SUBTREE
         try:
             parent.mkdir(exist_ok=True)
-            available = set((root / "cgroup.controllers").read_text().split())
+            available = set((top / "cgroup.controllers").read_text().split())
             wanted = available & {"memory", "pids"}
             if wanted:
-                _write(root / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
+                _write(top / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
                 _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in wanted))
             path = parent / name
             path.mkdir(exist_ok=True)
@@ -92,7 +160,7 @@ class Cgroup:
             if limits.max_processes and "pids" in group.controllers:
                 _write(path / "pids.max", str(limits.max_processes))
         except OSError:
-            log.warning("cannot set cgroup limits under %s; using rlimits", root, exc_info=True)
+            log.warning("cannot set cgroup limits under %s; using rlimits", top, exc_info=True)
             group.remove()
             return None
         return group
@@ -121,7 +189,7 @@ class Cgroup:
         if self.version == 2 and (self.dirs[0] / "cgroup.kill").exists():
             with contextlib.suppress(OSError):
                 _write(self.dirs[0] / "cgroup.kill", "1")
-        freezer = next((d for d in self.dirs if d.parent.parent.name == "freezer"), None)
+        freezer = next((d for d in self.dirs if (d / "freezer.state").exists()), None)
         end = time.monotonic() + deadline_s
         while (pids := self.pids()) and time.monotonic() < end:
             if freezer is not None:

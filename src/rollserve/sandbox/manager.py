@@ -9,6 +9,7 @@ import os
 import secrets
 from pathlib import Path, PurePosixPath
 from types import TracebackType
+from typing import Literal
 
 from rollserve.errors import (
     BackendUnavailableError,
@@ -24,9 +25,9 @@ from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, SandboxBackend
 from rollserve.sandbox.bwrap import BwrapBackend
 from rollserve.sandbox.env import run_dir_of
 from rollserve.sandbox.instance import SandboxInstance
-from rollserve.sandbox.limits import Cgroup
+from rollserve.sandbox.limits import Cgroup, CgroupPlace
 from rollserve.sandbox.local import LocalBackend
-from rollserve.sandbox.workspace import copy_tree, image_directory, lay_out
+from rollserve.sandbox.workspace import Layout, copy_tree, image_directory, lay_out
 from rollserve.schema.sandbox import (
     RUN_DIR,
     ApptainerSpec,
@@ -84,6 +85,7 @@ class SandboxManager:
         self._images: dict[str, RunnableImage] = {}
         self._availability: dict[str, Availability] = {}
         self._quota_reason: str | None = None
+        self._cgroup_place: CgroupPlace | None | Literal[False] = False  # False: not looked
         self._warned: set[str] = set()  # limits already said to be unenforced here
 
     async def __aenter__(self) -> SandboxManager:
@@ -115,6 +117,12 @@ class SandboxManager:
                 found = dataclasses.replace(found, unenforced=unenforced)
             self._availability[name] = found
         return self._availability[name]
+
+    def cgroup_place(self) -> CgroupPlace | None:
+        """Where this node's sandbox cgroups go (found once; None: nowhere writable)."""
+        if self._cgroup_place is False:
+            self._cgroup_place = CgroupPlace.find(self.settings.cgroup_root)
+        return self._cgroup_place
 
     def _quota_problem(self) -> str | None:
         """Why the workspace disk quota cannot be enforced here (None: it can)."""
@@ -167,6 +175,7 @@ class SandboxManager:
         disk = None
         if spec.limits.disk_mb is not None and self._quota_problem() is None:
             disk = quota.DiskQuota(record.path / "disk.img", spec.limits.disk_mb)
+        layout = Layout("bind")
         try:
             workspace = record.path / "workspace"
             image = await self._image(spec)
@@ -183,14 +192,25 @@ class SandboxManager:
                 source = await asyncio.to_thread(image_directory, image, guest)
                 scratch = record.path / "overlay"
                 await asyncio.to_thread(scratch.mkdir)
-                await lay_out(source, workspace, scratch, self.settings.image_workspace, disk)
+                layout = await lay_out(
+                    source,
+                    workspace,
+                    scratch,
+                    self.settings.image_workspace,
+                    disk,
+                    note=record.add_process,
+                )
             else:
                 guest = None
                 if disk is not None:
                     await disk.mount(workspace)
                 if template is not None:  # a private copy, reflinked where the fs can
                     await copy_tree(template, workspace)
+                    layout = Layout("copy")
             launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
+            if launcher.contained and not record.contained:
+                record.contained = True
+                await asyncio.to_thread(record.save)
             sandbox = SandboxInstance(
                 record=record,
                 launcher=launcher,
@@ -201,8 +221,11 @@ class SandboxManager:
                 on_close=self._forget,
                 unenforced=self._unenforced(spec.limits, cgroup, available),
                 run_dir=run_dir_of(workspace) if spec.run_dir else None,
+                layout=layout,
             )
         except BaseException:
+            if layout.holder is not None:
+                await layout.holder.close()
             await asyncio.shield(asyncio.to_thread(state.destroy, record))
             if image is not None:
                 self.images.release(image)
@@ -222,7 +245,7 @@ class SandboxManager:
             os.mkdir(record.path / "workspace")
             if spec.run_dir:
                 make_run_dir(run_dir_of(record.path / "workspace"), spec)
-            cgroup = Cgroup.create(self.settings.cgroup_root, sandbox_id, spec.limits)
+            cgroup = Cgroup.create(self.cgroup_place(), sandbox_id, spec.limits)
             if cgroup is not None:
                 record.cgroup_dirs = [str(d) for d in cgroup.dirs]
                 record.cgroup_version = cgroup.version

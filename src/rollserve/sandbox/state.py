@@ -13,20 +13,17 @@ cannot attribute to a dead owner at once.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import shutil
-import stat as stat_mod
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rollserve.sandbox import procfs
 from rollserve.sandbox.limits import Cgroup
+from rollserve.trees import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +46,8 @@ class SandboxRecord:
     cgroup_dirs: list[str] = field(default_factory=list)
     cgroup_version: int = 0
     boot_id: str = field(default_factory=procfs.boot_id)
+    # Every recorded process leads PID namespaces that end with it (Launcher.contained).
+    contained: bool = False
 
     @classmethod
     def create(cls, state_dir: Path, sandbox_id: str, backend: str) -> SandboxRecord:
@@ -133,7 +132,8 @@ def destroy(record: SandboxRecord) -> bool:
     complete = True
     cgroup = record.cgroup()
     if record.this_boot():  # after a reboot its processes are long gone, their PIDs reused
-        procfs.kill_sessions(dict(record.processes()), cgroup.pids() if cgroup else None)
+        among = set() if record.contained else (cgroup.pids() if cgroup else None)
+        procfs.kill_sessions(dict(record.processes()), among)
     if cgroup is not None:
         try:
             cgroup.kill_all()
@@ -174,23 +174,6 @@ def unmount_under(path: Path) -> None:
         (t for t in targets if t == prefix or t.startswith(prefix + "/")), key=len, reverse=True
     ):
         subprocess.run(["umount", "-l", target], check=False, capture_output=True)
-
-
-def remove_tree(path: Path) -> None:
-    """``rm -rf`` that also removes read-only directories a sandbox process left behind."""
-
-    def onexc(func: Any, p: str, exc: Any) -> None:
-        if isinstance(exc[1], FileNotFoundError):
-            return
-        parent = os.path.dirname(p)
-        with contextlib.suppress(OSError):
-            os.chmod(parent, stat_mod.S_IRWXU)
-            if os.path.isdir(p) and not os.path.islink(p):
-                os.chmod(p, stat_mod.S_IRWXU)
-        func(p)
-
-    if path.exists() or path.is_symlink():
-        shutil.rmtree(path, onerror=onexc)
 
 
 def load(path: Path) -> SandboxRecord | None:

@@ -1,22 +1,34 @@
 """A workspace inside an image (``/testbed``) made writable for one sandbox: an overlay mount
-over the image's directory (the image stays untouched; ~ms per start, needs root), or a private
-copy (reflinked where the filesystem can; costs time in proportion to the files)."""
+over the image's directory (the image stays untouched; ~ms per start) — on the host as root, in
+a user and mount namespace of the sandbox's own otherwise (:mod:`rollserve.sandbox.mountns`) —
+or a private copy (reflinked where the filesystem can; costs time in proportion to the files)
+where the kernel refuses both."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from rollserve.errors import InvalidInputError, SandboxStartError
 from rollserve.images.base import RunnableImage
 from rollserve.images.unpack import RootFs
+from rollserve.sandbox.mountns import MountHolder, Overlay
 from rollserve.sandbox.quota import DiskQuota
 
 log = logging.getLogger(__name__)
 
-_UNSAFE_IN_OPTIONS = (",", ":", "\\", "\n")
+
+@dataclass
+class Layout:
+    """How a workspace was made writable: ``overlay`` or ``copy``; ``holder`` is the mount
+    namespace the overlay lives in where rollserve is not root (None: on the host)."""
+
+    how: str
+    holder: MountHolder | None = None
 
 
 def image_directory(image: RunnableImage, guest: str) -> Path:
@@ -31,37 +43,49 @@ def image_directory(image: RunnableImage, guest: str) -> Path:
 
 
 async def lay_out(
-    source: Path, workspace: Path, scratch: Path, mode: str, quota: DiskQuota | None = None
-) -> str:
-    """Make ``workspace`` (an empty directory) a writable view of ``source``; returns how
-    (``overlay`` or ``copy``). With a ``quota``, what the sandbox writes (the overlay's upper
-    directory, or the copy) lives on the quota's filesystem."""
+    source: Path,
+    workspace: Path,
+    scratch: Path,
+    mode: str,
+    quota: DiskQuota | None = None,
+    note: Callable[[int], object] | None = None,
+) -> Layout:
+    """Make ``workspace`` (an empty directory) a writable view of ``source``. With a
+    ``quota`` (root only), what the sandbox writes (the overlay's upper directory, or the copy)
+    lives on the quota's filesystem. ``note`` is told the PID of a mount namespace's holder as
+    soon as it exists."""
     if mode in ("auto", "overlay"):
-        if quota is not None:
-            await quota.mount(scratch)
-        problem = await _overlay(source, workspace, scratch)
-        if problem is None:
-            return "overlay"
-        if quota is not None:
-            await quota.unmount(scratch)
+        problem: str | None
+        overlay = Overlay(source, scratch / "upper", scratch / "work", workspace)
+        if os.geteuid() != 0:
+            try:
+                return Layout("overlay", await MountHolder.start([overlay], note))
+            except SandboxStartError as exc:
+                problem = str(exc)
+        else:
+            if quota is not None:
+                await quota.mount(scratch)
+            problem = await _overlay(overlay)
+            if problem is None:
+                return Layout("overlay")
+            if quota is not None:
+                await quota.unmount(scratch)
         if mode == "overlay":
             raise SandboxStartError(f"cannot mount an overlay over {source}: {problem}")
         log.debug("overlay over %s not possible (%s): copying", source, problem)
     if quota is not None:
         await quota.mount(workspace)
     await copy_tree(source, workspace)
-    return "copy"
+    return Layout("copy")
 
 
-async def _overlay(source: Path, workspace: Path, scratch: Path) -> str | None:
-    if os.geteuid() != 0:
-        return "not root"
-    paths = [str(source), str(scratch)]
-    if any(ch in p for p in paths for ch in _UNSAFE_IN_OPTIONS):
-        return "a path holds a character mount options cannot carry"
-    upper, work = scratch / "upper", scratch / "work"
-    await asyncio.to_thread(_mkdirs, upper, work)
-    options = f"lowerdir={source},upperdir={upper},workdir={work}"
+async def _overlay(overlay: Overlay) -> str | None:
+    """Mount ``overlay`` on the host (as root); returns why not, or None."""
+    try:
+        options = overlay.options(userxattr=False)
+    except SandboxStartError as exc:
+        return str(exc)
+    await asyncio.to_thread(_mkdirs, overlay.upper, overlay.work)
     proc = await asyncio.create_subprocess_exec(
         "mount",
         "-t",
@@ -69,7 +93,7 @@ async def _overlay(source: Path, workspace: Path, scratch: Path) -> str | None:
         "overlay",
         "-o",
         options,
-        str(workspace),
+        str(overlay.target),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
