@@ -63,7 +63,8 @@ class CgroupPlace:
             return cls(1, top, delegated=True) if top else None
         if v2 and "" in own and own[""] != "/":
             parent = (root / own[""].lstrip("/")).parent
-            if parent != root and _writable(parent) and _writable(parent / "cgroup.subtree_control"):
+            control = parent / "cgroup.subtree_control"
+            if parent != root and _writable(parent) and _writable(control):
                 return cls(2, {"": parent}, delegated=True)
         return None
 

@@ -85,7 +85,7 @@ class SandboxManager:
         self._images: dict[str, RunnableImage] = {}
         self._availability: dict[str, Availability] = {}
         self._quota_reason: str | None = None
-        self._cgroup_place: CgroupPlace | None | Literal[False] = False  # False: not looked
+        self._cgroup_place: CgroupPlace | Literal[False] | None = False  # False: not looked
         self._warned: set[str] = set()  # limits already said to be unenforced here
 
     async def __aenter__(self) -> SandboxManager:

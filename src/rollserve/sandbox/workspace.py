@@ -29,6 +29,7 @@ class Layout:
 
     how: str
     holder: MountHolder | None = None
+    why_not_overlay: str = ""  # for a copy: why the overlay could not be mounted
 
 
 def image_directory(image: RunnableImage, guest: str) -> Path:
@@ -54,14 +55,16 @@ async def lay_out(
     ``quota`` (root only), what the sandbox writes (the overlay's upper directory, or the copy)
     lives on the quota's filesystem. ``note`` is told the PID of a mount namespace's holder as
     soon as it exists."""
+    problem: str | None = f"image_workspace is {mode!r}"
     if mode in ("auto", "overlay"):
-        problem: str | None
         overlay = Overlay(source, scratch / "upper", scratch / "work", workspace)
         if os.geteuid() != 0:
-            try:
-                return Layout("overlay", await MountHolder.start([overlay], note))
-            except SandboxStartError as exc:
-                problem = str(exc)
+            problem = await asyncio.to_thread(_foreign, source)
+            if problem is None:
+                try:
+                    return Layout("overlay", await MountHolder.start([overlay], note))
+                except SandboxStartError as exc:
+                    problem = str(exc)
         else:
             if quota is not None:
                 await quota.mount(scratch)
@@ -76,7 +79,20 @@ async def lay_out(
     if quota is not None:
         await quota.mount(workspace)
     await copy_tree(source, workspace)
-    return Layout("copy")
+    return Layout("copy", why_not_overlay=problem or "")
+
+
+def _foreign(source: Path) -> str | None:
+    """Why an overlay in a user namespace could not write over ``source`` (None: it can):
+    its files must belong to this user, as those of rollserve's own image cache do."""
+    owner = source.stat().st_uid
+    if owner == os.geteuid():
+        return None
+    return (
+        f"{source} belongs to uid {owner}, not to this user (uid {os.geteuid()}): an overlay "
+        "in a user namespace could not change its files (an image from the image cache, "
+        "unpacked by this user, can be overlaid)"
+    )
 
 
 async def _overlay(overlay: Overlay) -> str | None:

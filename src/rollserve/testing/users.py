@@ -11,6 +11,7 @@ from a shell (the Makefile's rootless test run).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shlex
@@ -98,9 +99,45 @@ def expose_script(paths: list[Path], user: User) -> list[str]:
     return lines
 
 
-def as_user_argv(user: User, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+def delegation(user: User, root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
+    """The cgroups a root process hands ``user`` the way systemd's ``Delegate=yes`` does: one
+    below this process's own cgroup per v1 controller (memory, pids, freezer), or on v2 a
+    directory whose leaf the command runs in (rollserve uses the leaf's parent)."""
+    own: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for controller in controllers.split(",") if controllers else [""]:
+            own[controller] = path.lstrip("/")
+    name = f"rollserve-user-{user.uid}"
+    v1 = [c for c in ("memory", "pids", "freezer") if (root / c).is_dir() and c in own]
+    if v1:
+        return [root / c / own[c] / name for c in v1]
+    if (root / "cgroup.controllers").is_file() and "" in own:
+        return [root / own[""] / name / "leaf"]
+    return []
+
+
+def delegation_script(dirs: list[Path], user: User) -> list[str]:
+    """Shell lines (as root) that make ``dirs``, give them to ``user`` and move the shell
+    (and so the command it becomes) into them."""
+    lines = []
+    for d in dirs:
+        top = d.parent if d.name == "leaf" else d
+        quoted = shlex.quote(str(d))
+        lines.append(f"mkdir -p {quoted} && chown -R {user.uid}:{user.gid} {shlex.quote(str(top))}")
+        lines.append(f"echo $$ > {quoted}/cgroup.procs")
+    return lines
+
+
+def as_user_argv(
+    user: User,
+    argv: list[str],
+    env: dict[str, str] | None = None,
+    delegate: list[Path] | None = None,
+) -> list[str]:
     """``argv`` run as ``user`` (its groups, its home) from a root process, with rollserve's
-    interpreter and checkout reachable; ``env`` is added to a minimal environment."""
+    interpreter and checkout reachable, inside the cgroups ``delegate`` (see
+    :func:`delegation`) where given; ``env`` is added to a minimal environment."""
     environment = {
         "HOME": str(user.home),
         "USER": user.name,
@@ -110,6 +147,7 @@ def as_user_argv(user: User, argv: list[str], env: dict[str, str] | None = None)
         **(env or {}),
     }
     lines = ["set -e", *expose_script(needed_paths(), user)]
+    lines += delegation_script(delegate or [], user)
     drop = [
         "setpriv",
         f"--reuid={user.uid}",
@@ -126,15 +164,32 @@ def as_user_argv(user: User, argv: list[str], env: dict[str, str] | None = None)
     return [*private, "sh", "-c", script, "as-user", *argv]
 
 
+def undelegate(dirs: list[Path]) -> None:
+    """Remove delegated cgroups once their command ended (what is left in them stays)."""
+    for d in dirs:
+        top = d.parent if d.name == "leaf" else d
+        for leftover in sorted(top.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                leftover.rmdir()
+
+
 def main(args: list[str]) -> int:
-    """``USER -- CMD…``: run CMD as USER (made if missing), passing ``CI`` and ``ROLLSERVE_*``
-    variables through."""
+    """``[--delegate] USER -- CMD…``: run CMD as USER (made if missing), in cgroups
+    delegated to it with ``--delegate``, passing ``CI`` and ``ROLLSERVE_*`` variables
+    through."""
+    delegate = bool(args) and args[0] == "--delegate"
+    args = args[1:] if delegate else args
     if len(args) < 3 or args[1] != "--":
-        print("usage: python -m rollserve.testing.users USER -- CMD...", file=sys.stderr)
+        usage = "usage: python -m rollserve.testing.users [--delegate] USER -- CMD..."
+        print(usage, file=sys.stderr)
         return 2
     user = ensure_user(args[0])
     passed = {k: v for k, v in os.environ.items() if k == "CI" or k.startswith("ROLLSERVE_")}
-    return subprocess.call(as_user_argv(user, args[2:], passed))
+    dirs = delegation(user) if delegate else []
+    try:
+        return subprocess.call(as_user_argv(user, args[2:], passed, dirs))
+    finally:
+        undelegate(dirs)
 
 
 if __name__ == "__main__":
