@@ -44,7 +44,8 @@ def check_table(checks: list[BackendCheck], title: str | None = None) -> Table:
     for c in checks:
         start = f"{c.start_p50_ms:.1f}" if c.start_p50_ms is not None else "-"
         unenforced = "; ".join(f"{k} not enforced: {why}" for k, why in c.unenforced.items())
-        note = "; ".join(n for n in (c.reason, unenforced) if n)
+        workspace = f"/testbed: {c.workspace} ({c.workspace_note})" if c.workspace else ""
+        note = "; ".join(n for n in (c.reason, workspace, unenforced) if n)
         table.add_row(c.name, "yes" if c.available else "no", start, note)
     return table
 

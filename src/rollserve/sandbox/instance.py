@@ -25,10 +25,10 @@ from rollserve.errors import (
 )
 from rollserve.sandbox import files, procfs, state
 from rollserve.sandbox.base import Launcher, TtyProcess
-from rollserve.sandbox.limits import Cgroup, confine, prlimit_args, rlimits_for
+from rollserve.sandbox.limits import Cgroup, confine, enforcement, prlimit_args, rlimits_for
 from rollserve.sandbox.output import HeadTail
 from rollserve.sandbox.workspace import Layout
-from rollserve.schema.sandbox import ExecResult, SandboxLimits
+from rollserve.schema.sandbox import ExecResult, LimitCheck, SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,21 @@ class SandboxInstance:
         ``memory_mb``: processes killed), as its cgroup counted them; empty without one
         (rlimits count nothing: the process that hit one sees EAGAIN or ENOMEM itself)."""
         return self._cgroup.limit_events() if self._cgroup is not None else {}
+
+    def enforcement(self) -> dict[str, LimitCheck]:
+        """How each of the sandbox's limits is enforced, or why it is not."""
+        return enforcement(
+            self.limits, self._cgroup, self.unenforced, contained=self._launcher.contained
+        )
+
+    @property
+    def closes_by(self) -> str:
+        """How a close finds every process of the sandbox."""
+        if self._launcher.contained:
+            return "PID namespaces: killing each wrapper ends all it started"
+        if self._cgroup is not None:
+            return "its cgroup"
+        return "a scan of /proc for its processes' sessions"
 
     def _check_open(self) -> None:
         if self._closed:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollserve.schema.sandbox import SandboxLimits
+from rollserve.schema.sandbox import LimitCheck, SandboxLimits
 
 log = logging.getLogger(__name__)
 
@@ -299,3 +299,37 @@ def confine(
 
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
+
+
+def enforcement(
+    limits: SandboxLimits,
+    cgroup: Cgroup | None,
+    unenforced: dict[str, str],
+    *,
+    contained: bool,
+) -> dict[str, LimitCheck]:
+    """How each of ``limits`` is enforced for one sandbox (``rollserve sandbox check``)."""
+    controllers = cgroup.controllers if cgroup else set()
+    where = f"cgroup v{cgroup.version}" if cgroup else ""
+    how = {
+        "wall_time_s": "a timer closes the sandbox",
+        "memory_mb": f"{where} memory controller (all processes together)"
+        if "memory" in controllers
+        else "RLIMIT_AS (address space, per process)",
+        "max_processes": f"{where} pids controller"
+        if "pids" in controllers
+        else "RLIMIT_NPROC inside the sandbox's user namespace"
+        if contained
+        else "RLIMIT_NPROC (every process of this user)",
+        "max_file_size_mb": "RLIMIT_FSIZE",
+        "disk_mb": "a size-limited filesystem for the writable files, and tmpfs sizes",
+    }
+    out: dict[str, LimitCheck] = {}
+    for name, text in how.items():
+        if getattr(limits, name) is None:
+            continue
+        if name in unenforced:
+            out[name] = LimitCheck(enforced=False, how=unenforced[name])
+        else:
+            out[name] = LimitCheck(enforced=True, how=text)
+    return out

@@ -161,14 +161,30 @@ class ExecResult(_Model):
     truncated: bool = Field(False, description="the output was cut (head and tail kept)")
 
 
+class LimitCheck(_Model):
+    """How one limit is enforced for a sandbox here, or why it is not."""
+
+    enforced: bool
+    how: str
+
+
 class BackendCheck(_Model):
     """One line of ``rollserve sandbox check``."""
 
     name: str
     available: bool
     reason: str = ""
+    user: str = Field("", description="the user the check ran as (name and uid)")
     unenforced: dict[str, str] = Field(
         default_factory=dict, description="limits this host cannot enforce, and why"
     )
+    limits: dict[str, LimitCheck] = Field(
+        default_factory=dict, description="each SandboxLimits field: enforced or not, and how"
+    )
+    closes: str = Field("", description="how a close finds every process of the sandbox")
+    workspace: str = Field(
+        "", description="how a workspace inside an image is made writable: overlay or copy"
+    )
+    workspace_note: str = Field("", description="where, or why not an overlay")
     start_p50_ms: float | None = None
     starts: int = 0

@@ -32,11 +32,21 @@ class LayerSpec:
     owner: tuple[int, int] | None = (0, 0)
 
 
+def _readable(source: Path, arcname: str, info: tarfile.TarInfo) -> bool:
+    """Whether this process may read the member (a directory: list it); always as root."""
+    if os.geteuid() == 0:
+        return True
+    path = source / Path(info.name).relative_to(arcname)
+    return os.access(path, os.R_OK | (os.X_OK if info.isdir() else 0))
+
+
 def _layer_bytes(spec: LayerSpec, scratch: Path) -> Path:
     path = Path(tempfile.mkstemp(dir=scratch, suffix=".tar")[1])
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as tar:
 
-        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            if spec.source is not None and not _readable(spec.source, arcname, info):
+                return None  # an ordinary user's image leaves out what it may not read
             if spec.owner is not None:
                 info.uid, info.gid = spec.owner
                 info.uname = info.gname = ""
