@@ -9,8 +9,10 @@ directory empty, no process of a sandbox alive), and the service still answers."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -18,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ import httpx
 import pytest
 
 from rollserve.sandbox import procfs
+from rollserve.sandbox.mountns import MountHolder, Tmpfs
 from tests.integration.conftest import Server
 
 # Small settings keep every fault quick: leases of 2 s (a heartbeat every 0.7 s), short
@@ -48,11 +52,14 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     every server is stopped on teardown, and none may leave a sandbox process behind."""
     servers: list[Server] = []
 
-    def start(data_dir: Path | None = None, **env: str) -> Server:
+    def start(data_dir: Path | None = None, disk: Disk | None = None, **env: str) -> Server:
         settings = {**FAST, **env}
+        data_dir = data_dir or tmp_path / "data"
         server = Server(
-            data_dir or tmp_path / "data",
+            data_dir,
             {f"ROLLSERVE_{k.upper()}": v for k, v in settings.items()},
+            prefix=disk.prefix if disk else None,
+            view=disk.view / data_dir.relative_to(disk.path) if disk else None,
         )
         servers.append(server)
         server.start()
@@ -228,7 +235,7 @@ def assert_settled(server: Server, http: httpx.Client, job_ids: list[str]) -> No
     ended = [r["job_id"] for r in feed(http)]
     assert sorted(ended) == sorted(job_ids), "a job was lost or ended twice"
     end = time.monotonic() + 10
-    state = server.data_dir / "sandboxes"
+    state = server.view / "sandboxes"
     while time.monotonic() < end:
         live = http.get("/v1/status").json()["live_sandboxes"]
         left = list(state.iterdir()) if state.exists() else []
@@ -320,14 +327,35 @@ def test_eval_sandbox_killed_mid_evaluation_is_retried_not_scored_zero(
 # -- 2. the data directory's disk full --------------------------------------------------------
 
 
+@dataclass
+class Disk:
+    """A small file system at ``path``, which this process reaches at ``view``; a process
+    sees it at ``path`` once started after ``prefix``."""
+
+    path: Path
+    view: Path
+    prefix: list[str]
+
+
 @pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 64 MB tmpfs, unmounted on teardown."""
+def small_disk(tmp_path: Path) -> Iterator[Disk]:
+    """A 64 MB tmpfs, unmounted on teardown: on the host as root; otherwise in a user and
+    mount namespace of its own (an ordinary user may not mount on the host), which the
+    server enters and this process reaches through the holder's /proc root."""
     disk = tmp_path / "disk"
     disk.mkdir()
+    if os.geteuid() != 0:
+        loop = asyncio.new_event_loop()
+        holder = loop.run_until_complete(MountHolder.start([Tmpfs(disk, 64)]))
+        try:
+            yield Disk(disk, holder.host_path(disk), holder.enter())
+        finally:
+            loop.run_until_complete(holder.close())
+            loop.close()
+        return
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(disk)], check=True)
     try:
-        yield disk
+        yield Disk(disk, disk, [])
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
@@ -343,10 +371,10 @@ def fill(path: Path) -> None:
 
 
 def test_data_dir_disk_full_pauses_work_and_loses_nothing(
-    start_server: Callable[..., Server], small_disk: Path
+    start_server: Callable[..., Server], small_disk: Disk, tmp_path: Path
 ) -> None:
-    server = start_server(small_disk / "data", max_attempts="3")
-    filler = small_disk / "filler"
+    server = start_server(small_disk.path / "data", disk=small_disk, max_attempts="3")
+    filler = small_disk.view / "filler"
     first = [submit_job(f"d{i}", init_delay_s=0.5, eval_delay_s=0.5) for i in range(12)]
     with httpx.Client(base_url=server.url, timeout=60) as http:
         assert http.post("/v1/jobs/batch", json={"jobs": first}).status_code == 202
@@ -377,7 +405,12 @@ def test_data_dir_disk_full_pauses_work_and_loses_nothing(
         assert all(v["result"]["reward"] == 1.0 for v in views.values())
         assert_settled(server, http, names)
     server.stop()
-    with contextlib.closing(sqlite3.connect(server.data_dir / "jobs.db")) as db:
+    # SQLite resolves symbolic links, which a holder's /proc root is: read a copy.
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for part in server.view.glob("jobs.db*"):
+        shutil.copy(part, copy / part.name)
+    with contextlib.closing(sqlite3.connect(copy / "jobs.db")) as db:
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert db.execute("SELECT count(*) FROM jobs").fetchone()[0] == len(names)
 

@@ -10,8 +10,8 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager, asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,6 +21,7 @@ from rollserve.images import ImageSource, ImageStore, Located
 from rollserve.images.base import Opened
 from rollserve.images.oci_archive import OciArchiveSource
 from rollserve.registry import Registry
+from rollserve.sandbox.mountns import MountHolder, Tmpfs
 from rollserve.settings import Settings
 from tests.images.conftest import tiny_image
 
@@ -212,15 +213,22 @@ def test_clean_tmp_removes_dead_conversions_only(tmp_path: Path, settings: Setti
     assert [p.name for p in cache.tmp.iterdir()] == [f"sha256-{'a' * 64}.1234"]
 
 
-@contextmanager
-def small_tmpfs(path: Path, settings: Settings, size: str) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        message = "mounting a small tmpfs (a full disk) needs root"
-        if settings.ci:
-            pytest.fail(message)
-        pytest.skip(message)
+@asynccontextmanager
+async def small_tmpfs(path: Path, size_mb: int) -> AsyncIterator[Path]:
+    """A full disk: a small tmpfs at ``path`` — on the host as root; otherwise in a user and
+    mount namespace of its own, reached through its holder's /proc root as rollserve's own
+    rootless workspaces are."""
     path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    if os.geteuid() != 0:
+        holder = await MountHolder.start([Tmpfs(path, size_mb)])
+        try:
+            yield holder.host_path(path)
+        finally:
+            await holder.close()
+        return
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)], check=True
+    )
     try:
         yield path
     finally:
@@ -235,7 +243,7 @@ def assert_nothing_half_written(store: ImageStore) -> None:
 
 async def test_disk_full_is_a_clear_error(tmp_path: Path, settings: Settings) -> None:
     ref = tiny_image(tmp_path, {"big": os.urandom(8 << 20), "small": b"s"})
-    with small_tmpfs(tmp_path / "small-disk", settings, "4m") as disk:
+    async with small_tmpfs(tmp_path / "small-disk", 4) as disk:
         store = ImageStore(Settings(data_dir=settings.data_dir, image_cache_dir=disk))
         with pytest.raises(
             ImageCacheFullError, match="no space left .* converting " + re.escape(ref)

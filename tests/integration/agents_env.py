@@ -5,6 +5,8 @@ directory an external agent's sandbox gets read-only at /opt/agent."""
 
 from __future__ import annotations
 
+import filecmp
+import os
 import shutil
 import subprocess
 import sys
@@ -17,23 +19,42 @@ PROGRAMS = Path(__file__).parent / "agent_programs"
 IN_SANDBOX = "/opt/agent"
 
 
+def _current(agents: Path, wanted: str) -> bool:
+    stamp = agents / "venv" / ".rollserve-requirements"
+    if not (stamp.is_file() and stamp.read_text() == wanted):
+        return False
+    programs = agents / "programs"
+    mine = sorted(p.relative_to(PROGRAMS) for p in PROGRAMS.rglob("*") if p.is_file())
+    theirs = sorted(p.relative_to(programs) for p in programs.rglob("*") if p.is_file())
+    return mine == theirs and all(
+        filecmp.cmp(PROGRAMS / p, programs / p, shallow=False) for p in mine
+    )
+
+
 def agents_dir() -> Path:
-    """The directory (venv/, programs/), made or brought up to date."""
-    venv = AGENTS / "venv"
+    """The directory (venv/, programs/), made or brought up to date: in the checkout, or for
+    a user who may not write there (the rootless suite), the checkout's where it is current,
+    else one in the user's home."""
+    wanted = " ".join(REQUIREMENTS)
+    agents = AGENTS
+    if not os.access(ROOT, os.W_OK):
+        if _current(AGENTS, wanted):
+            return AGENTS
+        agents = Path.home() / ".cache" / "rollserve-test-agents"
+    venv = agents / "venv"
     python = venv / "bin" / "python"
     stamp = venv / ".rollserve-requirements"
-    wanted = " ".join(REQUIREMENTS)
     if not (python.exists() and stamp.is_file() and stamp.read_text() == wanted):
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
         pip = [str(python), "-m", "pip", "install", "--quiet"]
         subprocess.run([*pip, *REQUIREMENTS], check=True, timeout=1200)
         stamp.write_text(wanted)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],
-        check=True,
-        timeout=600,
-    )
-    programs = AGENTS / "programs"
+    # rollserve's client from this checkout, as an editable install would put it on the
+    # path, without writing into the checkout (which the rootless suite's user may not).
+    where = [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    site = Path(subprocess.run(where, check=True, capture_output=True, text=True).stdout.strip())
+    (site / "rollserve-checkout.pth").write_text(f"{ROOT / 'src'}\n")
+    programs = agents / "programs"
     shutil.rmtree(programs, ignore_errors=True)
     shutil.copytree(PROGRAMS, programs)
-    return AGENTS
+    return agents

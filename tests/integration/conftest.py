@@ -20,8 +20,19 @@ ROOT = Path(__file__).parents[2]
 
 
 class Server:
-    def __init__(self, data_dir: Path, env: dict[str, str]) -> None:
+    """``rollserve serve`` on ``data_dir``, run after ``prefix`` (e.g. entering a mount
+    namespace); ``view`` is where this process finds the data directory (default: there)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        env: dict[str, str],
+        prefix: list[str] | None = None,
+        view: Path | None = None,
+    ) -> None:
         self.data_dir = data_dir
+        self.view = view or data_dir
+        self.prefix = prefix or []
         self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -31,6 +42,7 @@ class Server:
         with open(self.data_dir.parent / "server.log", "ab") as log:  # the child keeps it
             self.proc = subprocess.Popen(
                 [
+                    *self.prefix,
                     sys.executable,
                     "-m",
                     "rollserve.cli.app",

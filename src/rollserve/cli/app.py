@@ -122,12 +122,30 @@ def bench_images_cmd(
     ] = 50,
     backend: Annotated[list[str] | None, typer.Option(help="only these backends")] = None,
     kind: Annotated[list[str] | None, typer.Option(help=f"only these of {KINDS}")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option(help="as root: measure the same images again as this ordinary user"),
+    ] = None,
+    image: Annotated[
+        list[str] | None,
+        typer.Option(help="KIND=REF: measure this image for KIND instead of building one"),
+    ] = None,
     data_dir: DataDir = None,
 ) -> None:
     """SWE-image starts: first (converted) and warm, per image kind and backend; the cost of a
-    writable /testbed; one new image wanted by many sandboxes at once."""
+    writable /testbed; one new image wanted by many sandboxes at once; each row says whose
+    (``--user``: root's, then the user's, in the same run)."""
     settings = _settings(data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    images = None
+    if image:
+        pairs = [i.partition("=") for i in image]
+        bad = [i for i, (k, eq, ref) in zip(image, pairs, strict=True) if k not in KINDS or not ref]
+        if bad:
+            raise typer.BadParameter(
+                f"{bad}: not KIND=REF with KIND one of {KINDS}", param_hint="--image"
+            )
+        images = {k: ref for k, _, ref in pairs}
     result = asyncio.run(
         bench_images(
             settings,
@@ -136,6 +154,8 @@ def bench_images_cmd(
             starts=starts,
             concurrent=concurrent,
             kinds=tuple(kind or KINDS),
+            images=images,
+            user=user,
         )
     )
     if as_json:

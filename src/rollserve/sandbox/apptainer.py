@@ -71,7 +71,12 @@ class ApptainerBackend:
                 image=spec.image,
             )
         guest = guest_workspace or GUEST_WORKSPACE
+        # Without FUSE (root-only on many hosts) a SIF must be extracted, every start
+        # (seconds): prefer sandbox directories for rollouts where FUSE is missing.
+        unsquash = image.kind == "sif" and not os.access("/dev/fuse", os.R_OK | os.W_OK)
+        rootless = self.settings.apptainer_userns and os.geteuid() != 0
         args = [
+            *(_no_more_user_namespaces(3 if unsquash else 2) if rootless else []),
             binary,
             "--silent",
             "exec",
@@ -101,9 +106,7 @@ class ApptainerBackend:
             args += ["--bind", f"{source}:{target}" + ("" if writable else ":ro")]
         if self.settings.apptainer_userns:
             args.append("--userns")
-        if image.kind == "sif" and not os.access("/dev/fuse", os.R_OK | os.W_OK):
-            # Without FUSE (root-only on many hosts) a SIF must be extracted, every start
-            # (seconds): prefer sandbox directories for rollouts where FUSE is missing.
+        if unsquash:
             args.append("--unsquash")
         if not spec.network:
             args += ["--net", "--network", "none"]
@@ -139,3 +142,26 @@ def _read_only_proc() -> list[str]:
         if os.path.exists(path):
             out += ["--bind", f"{path}:{path}:ro"]
     return out
+
+
+def _no_more_user_namespaces(apptainer_makes: int) -> list[str]:
+    """A prefix that runs Apptainer in a user namespace of its own whose limit on nested user
+    namespaces is what Apptainer itself makes (1.4: 2, and 3 where it extracts a SIF), so
+    that the container can make none, as bwrap's ``--disable-userns`` does: an ordinary
+    user's container could otherwise make one and mount inside it. The capabilities the
+    prefix holds in its namespace are dropped before Apptainer starts."""
+    script = (
+        f"echo {apptainer_makes} > /proc/sys/user/max_user_namespaces && "
+        'exec setpriv --inh-caps=-all --ambient-caps=-all --bounding-set=-all -- "$@"'
+    )
+    return [
+        "unshare",
+        "--user",
+        "--map-current-user",
+        "--keep-caps",
+        "--",
+        "sh",
+        "-c",
+        script,
+        "apptainer-sandbox",
+    ]

@@ -111,6 +111,10 @@ class BwrapBackend:
             "--hostname",
             "sandbox",
         ]
+        if os.geteuid() != 0:
+            # An ordinary user's sandbox lives in a user namespace, inside which the kernel
+            # would let it make more (and mount in them): bwrap stops that.
+            args += ["--unshare-user", "--disable-userns"]
         if spec.network:
             args.append("--share-net")
         for entry in sorted(os.scandir(root), key=lambda e: e.name):

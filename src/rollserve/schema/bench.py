@@ -163,6 +163,7 @@ class ImageStartFigures(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    user: str  # the user the sandboxes ran as
     backend: str
     image_kind: str
     files: int  # files in the image's repository
@@ -178,6 +179,7 @@ class WorkspaceFigures(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    user: str
     mode: str
     files: int
     p50_ms: float
