@@ -8,13 +8,18 @@ PYTEST_ARGS ?=
 # The suite runs on 3 workers, a test file to a worker: most tests wait on processes,
 # servers and sandboxes rather than compute.
 PYTEST_WORKERS ?= 3
+# The suites that touch sandboxes, images, SWE tasks and restarts run a second time as an
+# ordinary user (made if missing), in cgroups delegated to it as systemd's Delegate=yes does.
+ROOTLESS_USER ?= rollserve-test
+ROOTLESS_TESTS ?= tests/conformance tests/images tests/faults tests/swebench \
+	tests/integration/test_swe.py tests/integration/test_restart.py
 
-.PHONY: demo test check setup system lint typecheck pytest bench clean
+.PHONY: demo test check setup system lint typecheck pytest pytest-rootless bench clean
 
 demo: setup
 	$(BIN)/rollserve demo
 
-test: setup lint typecheck pytest
+test: setup lint typecheck pytest pytest-rootless
 
 # The inner loop: lint, types, and the fast tests (no sandboxes beyond the shell's bash).
 check: $(STAMP) lint typecheck
@@ -43,6 +48,13 @@ typecheck: $(STAMP)
 
 pytest: $(STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# Run by a non-root user, `make pytest` already was the rootless run.
+pytest-rootless: $(STAMP)
+	@if [ "$$(id -u)" != 0 ]; then echo "pytest-rootless: running as uid $$(id -u) already"; \
+	else $(BIN)/python -m rollserve.testing.users --delegate $(ROOTLESS_USER) -- \
+		$(BIN)/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
+		$(PYTEST_ARGS) $(ROOTLESS_TESTS); fi
 
 bench: setup
 	$(BIN)/rollserve sandbox check

@@ -32,3 +32,21 @@ def cgroup_dirs(box_id: str, root: Path = Path("/sys/fs/cgroup")) -> list[Path]:
     return [p for p in root.glob(f"*/rollserve/{box_id}")] + [
         p for p in root.glob(f"rollserve/{box_id}")
     ]
+
+
+def processes_naming(text: str) -> list[Proc]:
+    """Every process whose command line holds ``text`` (a data directory: the sandbox
+    launchers and mount namespace holders of a server name their sandbox's directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in argv:
+            st = procfs.stat(int(entry.name))
+            if st is not None:
+                found.append(Proc(st.pid, st.start_ticks))
+    return found
