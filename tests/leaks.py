@@ -50,3 +50,18 @@ def processes_naming(text: str) -> list[Proc]:
             if st is not None:
                 found.append(Proc(st.pid, st.start_ticks))
     return found
+
+
+def descendants(pid: int) -> list[Proc]:
+    """Every process below ``pid`` now (children, their children …)."""
+    children: dict[int, list[int]] = {}
+    for st in procfs.all_stats():
+        children.setdefault(st.ppid, []).append(st.pid)
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        st = procfs.stat(child)
+        if st is not None:
+            found.append(Proc(st.pid, st.start_ticks))
+        todo += children.get(child, [])
+    return found
