@@ -59,8 +59,11 @@ def test_sigkill_with_swe_sandboxes_live_leaves_nothing_after_the_restart(
 
         _wait("both jobs running", both_running)
     assert first.proc is not None
-    live = descendants(first.proc.pid)  # launchers, shells, mount namespace holders
-    assert len(live) >= 4, live
+    pid = first.proc.pid
+    # A job is "running" once its run stage begins, before its shell is up: wait for both
+    # sandboxes' launchers and shells (and, rootless, their mount namespace holders).
+    _wait("both sandboxes' processes", lambda: len(descendants(pid)) >= 4, 30)
+    live = descendants(pid)
     # As root each /testbed is an overlay on the host, which outlives the server's death
     # until the next start's reaper takes it down; otherwise it dies with its holder.
     assert bool(mounts_under(first.data_dir)) == (os.geteuid() == 0)
