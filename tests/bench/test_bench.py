@@ -5,6 +5,8 @@ add up. Behaviour only: no speed is asserted."""
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,7 +94,15 @@ def test_bench_overhead_json() -> None:
 
 def test_bench_scale_json() -> None:
     report = _bench("scale", "--max", "20", "--turns", "3", "--model-ms", "50")
-    assert set(report) == {"turns", "model_latency_ms", "nofile_limit", "steps", "max_sustained"}
+    assert set(report) == {
+        "user",
+        "turns",
+        "model_latency_ms",
+        "nofile_limit",
+        "steps",
+        "max_sustained",
+    }
+    assert report["user"] == pwd.getpwuid(os.geteuid()).pw_name
     assert report["nofile_limit"] >= 1024
     [step] = report["steps"]
     assert step["rollouts"] == step["concurrent"] == step["completed"] == 20
@@ -102,6 +112,7 @@ def test_bench_scale_json() -> None:
     assert 0 < step["pss_mib"] <= step["rss_mib"]
     assert 0 < step["p50_s"] <= step["p99_s"]
     assert 0 < step["turn_p50_ms"] <= step["turn_p99_ms"]
+    assert 0 < step["close_p50_ms"] <= step["close_p99_ms"]
     assert report["max_sustained"] == 20
 
 
@@ -200,3 +211,25 @@ def test_bench_learn_trains_both_ways_and_draws_the_curves(tmp_path: Path) -> No
         assert 0.0 <= run["heldout_before"] <= 1.0 and 0.0 <= run["heldout_after"] <= 1.0
         assert all(0.0 <= s["train_reward"] <= 1.0 for s in run["steps"])
         assert run["rollout_s"] > 0 and run["update_s"] > 0 and run["sync_s"] > 0
+
+
+def test_bench_images_measures_the_same_images_as_root_and_as_an_ordinary_user() -> None:
+    if os.geteuid() != 0:
+        message = "running the bench as another user needs root"
+        if Settings().ci:
+            pytest.fail(message)
+        pytest.skip(message)
+    user = "rollserve-test"  # the rootless suite's user (the Makefile's ROOTLESS_USER)
+    args = ["--files", "50", "--starts", "3", "--concurrent", "2", "--backend", "bwrap"]
+    report = _bench("images", *args, "--kind", "oci-archive", "--kind", "dir", "--user", user)
+    rows = {(r["user"], r["image_kind"]): r for r in report["results"]}
+    assert set(rows) == {(u, k) for u in ("root", user) for k in ("oci-archive", "dir")}
+    # An ordinary user's /testbed is an overlay too: the image cache's trees, and its copy of
+    # the dir image, are its own.
+    assert {r["workspace"] for r in rows.values()} == {"overlay"}
+    assert all(r["files"] == 50 and r["starts"] == 3 for r in rows.values())
+    assert {(w["user"], w["mode"]) for w in report["workspace"]} == {
+        (u, m) for u in ("root", user) for m in ("overlay", "copy")
+    }
+    assert report["conversions"] == 1
+    assert pwd.getpwnam(user).pw_uid != 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import pwd
 import subprocess
 import sys
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 from rich.table import Table
 
 from rollserve.bench.startup import time_start
-from rollserve.bench.stats import quantile
+from rollserve.bench.stats import quantile, running_user
 from rollserve.errors import InvalidInputError, SandboxStartError
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
@@ -79,10 +78,6 @@ def make_images(work: Path, base: Path, files: int, apptainer: bool) -> dict[str
     return refs
 
 
-def _user_name() -> str:
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
 async def _start(manager: SandboxManager, backend: str, image: str) -> tuple[float, str]:
     """One start with the workspace at /testbed, and how it was made writable."""
     mode: list[str] = []
@@ -103,7 +98,7 @@ async def _kind_figures(
         first, mode = await _start(manager, backend, ref)
         samples = [(await _start(manager, backend, ref))[0] for _ in range(starts)]
     return ImageStartFigures(
-        user=_user_name(),
+        user=running_user(),
         backend=backend,
         image_kind=kind,
         files=files,
@@ -139,7 +134,7 @@ async def _workspace_figures(
         if samples:
             figures.append(
                 WorkspaceFigures(
-                    user=_user_name(),
+                    user=running_user(),
                     mode=mode,
                     files=files,
                     p50_ms=round(quantile(samples, 0.5), 1),

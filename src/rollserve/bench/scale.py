@@ -6,9 +6,9 @@ one but the last runs a trivial command), and an evaluation in a fresh sandbox. 
 holds each rollout's first call until all N rollouts have made theirs (or a timeout passed),
 so that the N sandboxes are live at once and then start their N shells together; the step
 reports how many made it to that point (``concurrent``), errors, latency, throughput, the
-time of a turn besides the model's own, and the memory of rollserve's process tree while the
-model holds every rollout's third call, after two commands in its shell (all N sandboxes and
-shells live).
+time of a turn besides the model's own, the time of a sandbox's close (which must not grow with
+the sandboxes live), and the memory of rollserve's process tree while the model holds every
+rollout's third call, after two commands in its shell (all N sandboxes and shells live).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rich.table import Table
 from rollserve.bench.memory import TreeMemory, raise_nofile, tree_memory
 from rollserve.bench.model import ModelScript, ScriptedToolBackend
 from rollserve.bench.rig import Rig, Sampler, echo_job
-from rollserve.bench.stats import quantile
+from rollserve.bench.stats import quantile, running_user
 from rollserve.schema.bench import ScaleBenchResult, ScaleStep
 from rollserve.schema.jobs import RolloutResult
 from rollserve.storage import JobStatus
@@ -79,6 +79,8 @@ async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
         run_workers=n,
         eval_workers=min(n, workload.eval_workers),
     ) as rig:
+        closes: list[tuple[int, float]] = []
+        rig.sandboxes.close_times = closes
         async with rig.pipelined():
             sandboxes = Sampler(lambda: len(rig.sandboxes.live), interval_s=0.1)
             sandboxes.start()
@@ -123,6 +125,8 @@ async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
             p99_s=round(quantile(latencies, 0.99), 3),
             turn_p50_ms=round(quantile(turns, 0.5) * 1000, 2),
             turn_p99_ms=round(quantile(turns, 0.99) * 1000, 2),
+            close_p50_ms=round(quantile([t for _, t in closes], 0.5) * 1000, 2),
+            close_p99_ms=round(quantile([t for _, t in closes], 0.99) * 1000, 2),
             peak_sandboxes=peak,
             processes=mem.processes,
             rss_mib=round(mem.rss_kib / _MIB, 1),
@@ -136,6 +140,7 @@ async def bench_scale(workload: ScaleWorkload) -> ScaleBenchResult:
     steps = [await _step(n, workload) for n in workload.steps()]
     sustained = [s.rollouts for s in steps if s.errors == 0 and s.concurrent == s.rollouts]
     return ScaleBenchResult(
+        user=running_user(),
         turns=workload.turns,
         model_latency_ms=workload.model_ms,
         nofile_limit=nofile,
@@ -153,10 +158,12 @@ def scale_table(result: ScaleBenchResult) -> Table:
         "p50/p99 s",
         "rollouts/s",
         "turn p50/p99 ms",
+        "close p50/p99 ms",
         "processes",
         "RSS/PSS MiB",
         caption=(
-            f"{result.turns} model calls of {result.model_latency_ms:g} ms per rollout; "
+            f"as {result.user}; {result.turns} model calls of "
+            f"{result.model_latency_ms:g} ms per rollout; "
             f"open-files limit {result.nofile_limit}; largest step without errors: "
             f"{result.max_sustained}"
         ),
@@ -169,6 +176,7 @@ def scale_table(result: ScaleBenchResult) -> Table:
             f"{s.p50_s:.1f}/{s.p99_s:.1f}",
             f"{s.rollouts_per_s:.1f}",
             f"{s.turn_p50_ms:.0f}/{s.turn_p99_ms:.0f}",
+            f"{s.close_p50_ms:.1f}/{s.close_p99_ms:.1f}",
             str(s.processes),
             f"{s.rss_mib:.0f}/{s.pss_mib:.0f}",
         )

@@ -1,7 +1,10 @@
-"""Quantiles of benchmark samples (nearest rank, as ``bench shell`` computes them)."""
+"""Quantiles of benchmark samples (nearest rank, as ``bench shell`` computes them), and who
+took them."""
 
 from __future__ import annotations
 
+import os
+import pwd
 import statistics
 
 from rollserve.schema.bench import Quantiles
@@ -25,3 +28,8 @@ def quantiles_ms(samples_s: list[float]) -> Quantiles:
         p99_ms=round(quantile(samples_s, 0.99) * 1000, 3),
         n=len(samples_s),
     )
+
+
+def running_user() -> str:
+    """The name of the user this process runs as (benchmarks report whose figures they are)."""
+    return pwd.getpwuid(os.geteuid()).pw_name

@@ -137,6 +137,8 @@ class ScaleStep(BaseModel):
     p99_s: float
     turn_p50_ms: float  # a turn without the model's own latency: tool call and agent loop
     turn_p99_ms: float
+    close_p50_ms: float  # one sandbox's close, with up to ``rollouts`` others live
+    close_p99_ms: float
     peak_sandboxes: int
     processes: int  # rollserve's process tree with every sandbox and shell live
     rss_mib: float  # summed over the tree (shared pages counted in every process)
@@ -148,6 +150,7 @@ class ScaleBenchResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    user: str  # the user the service and its sandboxes ran as
     turns: int
     model_latency_ms: float
     nofile_limit: int
