@@ -8,11 +8,13 @@ PYTEST_ARGS ?=
 # The suite runs on 3 workers, a test file to a worker: most tests wait on processes,
 # servers and sandboxes rather than compute.
 PYTEST_WORKERS ?= 3
-# The suites that touch sandboxes, images, SWE tasks and restarts run a second time as an
-# ordinary user (made if missing), in cgroups delegated to it as systemd's Delegate=yes does.
+# The suites that touch sandboxes, images, SWE tasks, restarts, the fleet on PostgreSQL, the
+# viewer and the sandbox check run a second time as an ordinary user (made if missing), in
+# cgroups delegated to it as systemd's Delegate=yes does.
 ROOTLESS_USER ?= rollserve-test
 ROOTLESS_TESTS ?= tests/conformance tests/images tests/faults tests/swebench \
-	tests/integration/test_swe.py tests/integration/test_restart.py
+	tests/integration/test_swe.py tests/integration/test_restart.py \
+	tests/integration/test_fleet.py tests/ui tests/cli/test_cli.py
 
 .PHONY: demo test check setup system lint typecheck pytest pytest-rootless bench clean
 

@@ -113,6 +113,7 @@ def test_bench_scale_json() -> None:
     assert 0 < step["p50_s"] <= step["p99_s"]
     assert 0 < step["turn_p50_ms"] <= step["turn_p99_ms"]
     assert 0 < step["close_p50_ms"] <= step["close_p99_ms"]
+    assert 0 < step["busy_close_p50_ms"] <= step["busy_close_p99_ms"]
     assert report["max_sustained"] == 20
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,6 +38,29 @@ def test_sandbox_check_json(tmp_path: Path) -> None:
             assert entry["reason"]
     assert by_name["local"]["available"]
     assert list((tmp_path / "sandboxes").iterdir()) == []
+    # For the user running it (root, or the rootless suite's user): each limit enforced or
+    # not, and how; how a close finds the processes; how /testbed is made writable.
+    me = f"{pwd.getpwuid(os.geteuid()).pw_name} (uid {os.geteuid()})"
+    limits = {"wall_time_s", "memory_mb", "max_processes", "max_file_size_mb", "disk_mb"}
+    for entry in (e for e in by_name.values() if e["available"]):
+        assert entry["user"] == me
+        assert set(entry["limits"]) == limits
+        assert all(check["how"] for check in entry["limits"].values())
+        unenforced = {k for k, check in entry["limits"].items() if not check["enforced"]}
+        assert unenforced == set(entry["unenforced"]), entry
+        assert entry["closes"] and entry["workspace"] in {"overlay", "copy"}
+    bwrap = by_name["bwrap"]
+    if not bwrap["available"]:
+        return
+    # Linux >= 5.11 mounts overlayfs in a user namespace: /testbed is an overlay for root
+    # and an ordinary user alike (the probe's tree is the user's own, as the cache's are).
+    kernel = tuple(int(n) for n in os.uname().release.split(".")[:2])
+    assert (bwrap["workspace"] == "overlay") == (os.geteuid() == 0 or kernel >= (5, 11)), bwrap
+    assert bwrap["limits"]["wall_time_s"]["enforced"]
+    assert bwrap["limits"]["max_file_size_mb"]["enforced"]
+    if os.geteuid() != 0:
+        assert bwrap["closes"].startswith("PID namespaces")  # never a scan of /proc
+        assert not bwrap["limits"]["disk_mb"]["enforced"]
 
 
 def test_bench_shell_json(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
 """The web viewer's end-to-end set-up: Debian's Chromium driven by Playwright, a real
 ``rollserve serve`` with named tokens, the scripted model server (a test double replaying given
 turns) in token mode, and real jobs in real sandboxes. Screenshots of every page go to
-``test-artifacts/ui/`` for a reviewer to look at."""
+``test-artifacts/ui/`` for a reviewer to look at (in the rootless run, which may not write to
+the checkout, to a directory of that user's under the temporary directory)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,11 @@ from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import ROOT, Server
 
 ADMIN, VIEWER = "admin-token-for-ui-tests", "viewer-token-for-ui-tests"
-SHOTS = ROOT / "test-artifacts" / "ui"
+SHOTS = (
+    ROOT / "test-artifacts" / "ui"
+    if os.access(ROOT, os.W_OK)
+    else Path(tempfile.gettempdir()) / f"rollserve-ui-shots-{os.geteuid()}"
+)
 CHROMIUM = "/usr/bin/chromium"
 
 MATH = {"kind": "math", "prompt": "What is 6*7?", "answer": "42"}

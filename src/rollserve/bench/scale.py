@@ -6,9 +6,12 @@ one but the last runs a trivial command), and an evaluation in a fresh sandbox. 
 holds each rollout's first call until all N rollouts have made theirs (or a timeout passed),
 so that the N sandboxes are live at once and then start their N shells together; the step
 reports how many made it to that point (``concurrent``), errors, latency, throughput, the
-time of a turn besides the model's own, the time of a sandbox's close (which must not grow with
-the sandboxes live), and the memory of rollserve's process tree while the model holds every
-rollout's third call, after two commands in its shell (all N sandboxes and shells live).
+time of a turn besides the model's own, and the memory of rollserve's process tree while the
+model holds every rollout's third call, after two commands in its shell (all N sandboxes and
+shells live). At that hold, with the event loop otherwise idle, it also closes a few probe
+sandboxes, each with its shell and a background process live: a close's own cost with N others
+live, which must not grow with N (a close that scanned every host process would). The
+rollouts' own closes, timed amid the step's load, are reported beside it.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ from rollserve.bench.memory import TreeMemory, raise_nofile, tree_memory
 from rollserve.bench.model import ModelScript, ScriptedToolBackend
 from rollserve.bench.rig import Rig, Sampler, echo_job
 from rollserve.bench.stats import quantile, running_user
+from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.bench import ScaleBenchResult, ScaleStep
 from rollserve.schema.jobs import RolloutResult
+from rollserve.shell import ShellSession
 from rollserve.storage import JobStatus
 
 LADDER = (50, 100, 200, 500, 800, 1000, 1500, 2000, 3000)
 COMMANDS = ("printf %s {prompt} > answer.txt", "cat answer.txt", "ls -la")
 _MIB = 1024
+PROBE_CLOSES = 10
 
 
 @dataclass(frozen=True)
@@ -51,15 +57,36 @@ class ScaleWorkload:
         return [n for n in LADDER if n < self.max_rollouts] + [self.max_rollouts]
 
 
-async def _memory_at_checkpoint(model: ScriptedToolBackend) -> TreeMemory:
-    """The tree's memory while the model holds every rollout at the checkpoint turn (its
-    sandbox and shell live), read in a thread of its own: the default executor is the one
-    rollserve uses. The held calls go on afterwards."""
+async def _probe_closes(manager: SandboxManager, n: int) -> list[float]:
+    """Seconds of ``n`` closes, one at a time, of sandboxes like the rollouts' (bwrap), each
+    with its shell and a background process live."""
+    seconds = []
+    for _ in range(n):
+        sandbox = await manager.start(spec_for("bwrap"))
+        session = await ShellSession.open(sandbox)
+        try:
+            await session.run("sleep 600 &")
+            start = time.perf_counter()
+            await sandbox.close()  # what the manager's close does, left out of its own figures
+            seconds.append(time.perf_counter() - start)
+        finally:
+            await session.close()
+            await sandbox.close()
+    return seconds
+
+
+async def _at_checkpoint(
+    model: ScriptedToolBackend, manager: SandboxManager
+) -> tuple[TreeMemory, list[float]]:
+    """While the model holds every rollout at the checkpoint turn (its sandbox and shell
+    live): the tree's memory, read in a thread of its own (the default executor is the one
+    rollserve uses), then the probe closes. The held calls go on afterwards."""
     try:
         await model.checkpoint.wait()
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(1, thread_name_prefix="bench-memory") as pool:
-            return await loop.run_in_executor(pool, tree_memory)
+            memory = await loop.run_in_executor(pool, tree_memory)
+        return memory, await _probe_closes(manager, PROBE_CLOSES)
     finally:
         model.measured.set()
 
@@ -79,22 +106,24 @@ async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
         run_workers=n,
         eval_workers=min(n, workload.eval_workers),
     ) as rig:
-        closes: list[tuple[int, float]] = []
-        rig.sandboxes.close_times = closes
+        busy: list[float] = []
+        rig.sandboxes.close_times = busy
         async with rig.pipelined():
             sandboxes = Sampler(lambda: len(rig.sandboxes.live), interval_s=0.1)
             sandboxes.start()
-            memory = asyncio.create_task(_memory_at_checkpoint(rig.model))
+            checkpoint = asyncio.create_task(_at_checkpoint(rig.model, rig.sandboxes))
             start = time.perf_counter()
             ids = await rig.submit([echo_job(i, turns=workload.turns) for i in range(n)])
             records = await rig.finished(ids, timeout_s=3600, poll_s=0.5)
             seconds = time.perf_counter() - start
             peak = await sandboxes.stop()
-            if not memory.done():  # the checkpoint was never reached
-                memory.cancel()
+            if not checkpoint.done():  # the checkpoint was never reached
+                checkpoint.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await memory
-            mem = memory.result() if not memory.cancelled() else TreeMemory(0, 0, 0)
+                await checkpoint
+            mem, closes = (
+                checkpoint.result() if not checkpoint.cancelled() else (TreeMemory(0, 0, 0), [])
+            )
         completed = errors = retried = 0
         latencies: list[float] = []
         for record in records:
@@ -125,8 +154,10 @@ async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
             p99_s=round(quantile(latencies, 0.99), 3),
             turn_p50_ms=round(quantile(turns, 0.5) * 1000, 2),
             turn_p99_ms=round(quantile(turns, 0.99) * 1000, 2),
-            close_p50_ms=round(quantile([t for _, t in closes], 0.5) * 1000, 2),
-            close_p99_ms=round(quantile([t for _, t in closes], 0.99) * 1000, 2),
+            close_p50_ms=round(quantile(closes, 0.5) * 1000, 2),
+            close_p99_ms=round(quantile(closes, 0.99) * 1000, 2),
+            busy_close_p50_ms=round(quantile(busy, 0.5) * 1000, 2),
+            busy_close_p99_ms=round(quantile(busy, 0.99) * 1000, 2),
             peak_sandboxes=peak,
             processes=mem.processes,
             rss_mib=round(mem.rss_kib / _MIB, 1),
@@ -158,7 +189,7 @@ def scale_table(result: ScaleBenchResult) -> Table:
         "p50/p99 s",
         "rollouts/s",
         "turn p50/p99 ms",
-        "close p50/p99 ms",
+        "close p50/p99 ms (busy)",
         "processes",
         "RSS/PSS MiB",
         caption=(
@@ -176,7 +207,8 @@ def scale_table(result: ScaleBenchResult) -> Table:
             f"{s.p50_s:.1f}/{s.p99_s:.1f}",
             f"{s.rollouts_per_s:.1f}",
             f"{s.turn_p50_ms:.0f}/{s.turn_p99_ms:.0f}",
-            f"{s.close_p50_ms:.1f}/{s.close_p99_ms:.1f}",
+            f"{s.close_p50_ms:.1f}/{s.close_p99_ms:.1f} "
+            f"({s.busy_close_p50_ms:.0f}/{s.busy_close_p99_ms:.0f})",
             str(s.processes),
             f"{s.rss_mib:.0f}/{s.pss_mib:.0f}",
         )

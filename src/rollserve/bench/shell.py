@@ -18,7 +18,8 @@ from rollserve.shell import ShellSession
 # Times each iteration in microseconds with bash's own clock; prints one figure per line.
 _TMUX_DRIVER = r"""
 set -e
-sock=/tmp/rollserve-bench.sock
+# A directory of this run's own: /tmp is the host's on the local backend, shared by users.
+dir=$(mktemp -d); sock=$dir/tmux.sock; trap 'rm -rf "$dir"' EXIT
 tmux -S $sock new-session -d -s b -x 200 -y 50 'bash --noprofile --norc'
 tmux -S $sock send-keys -t b 'true' Enter; sleep 0.2
 for i in $(seq 1 {n}); do

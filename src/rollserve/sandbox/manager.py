@@ -88,8 +88,8 @@ class SandboxManager:
         self._quota_reason: str | None = None
         self._cgroup_place: CgroupPlace | Literal[False] | None = False  # False: not looked
         self._warned: set[str] = set()  # limits already said to be unenforced here
-        # Where given (benchmarks), each close appends (sandboxes live before it, seconds).
-        self.close_times: list[tuple[int, float]] | None = None
+        # Where given (benchmarks), each close appends the seconds it took.
+        self.close_times: list[float] | None = None
 
     async def __aenter__(self) -> SandboxManager:
         await asyncio.to_thread(self.reap)
@@ -260,10 +260,10 @@ class SandboxManager:
 
     async def close(self, sandbox: SandboxInstance) -> None:
         """Close one sandbox (it forgets itself here once removed)."""
-        live, started = len(self.live), time.perf_counter()
+        started = time.perf_counter()
         await sandbox.close()
         if self.close_times is not None:
-            self.close_times.append((live, time.perf_counter() - started))
+            self.close_times.append(time.perf_counter() - started)
 
     async def _image(self, spec: SandboxSpec) -> RunnableImage | None:
         """The spec's image, made runnable by the image store (None: the backend has none)."""

@@ -137,8 +137,10 @@ class ScaleStep(BaseModel):
     p99_s: float
     turn_p50_ms: float  # a turn without the model's own latency: tool call and agent loop
     turn_p99_ms: float
-    close_p50_ms: float  # one sandbox's close, with up to ``rollouts`` others live
+    close_p50_ms: float  # a probe sandbox's close, ``rollouts`` others live, the loop idle
     close_p99_ms: float
+    busy_close_p50_ms: float  # the rollouts' own closes, amid the step's load
+    busy_close_p99_ms: float
     peak_sandboxes: int
     processes: int  # rollserve's process tree with every sandbox and shell live
     rss_mib: float  # summed over the tree (shared pages counted in every process)
