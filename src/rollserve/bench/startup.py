@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pwd
 import secrets
 import statistics
 import time
 from collections.abc import Awaitable, Callable
 
+from rollserve.bench.stats import running_user
 from rollserve.errors import RollserveError, SandboxStartError
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.state import unmount_under
@@ -53,7 +53,7 @@ async def check_backends(manager: SandboxManager, starts: int = 7) -> list[Backe
     """One line per registered backend."""
     checks = []
     layout = await probe_workspace(manager.settings)
-    user = f"{pwd.getpwuid(os.geteuid()).pw_name} (uid {os.geteuid()})"
+    user = f"{running_user()} (uid {os.geteuid()})"
     for name in manager.backends:
         available = manager.availability(name)
         if not available.available:

@@ -10,7 +10,6 @@ import os
 import pty
 import resource
 import shlex
-import signal
 import subprocess
 import termios
 import time
@@ -18,12 +17,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rollserve.errors import (
-    InvalidCommandError,
     SandboxClosedError,
     SandboxDiedError,
     SandboxPathError,
 )
-from rollserve.sandbox import files, procfs, state
+from rollserve.sandbox import files, procfs, spawned, state
 from rollserve.sandbox.base import Launcher, TtyProcess
 from rollserve.sandbox.limits import Cgroup, confine, enforcement, prlimit_args, rlimits_for
 from rollserve.sandbox.output import HeadTail
@@ -32,7 +30,6 @@ from rollserve.schema.sandbox import ExecResult, LimitCheck, SandboxLimits
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 65536
 _FILE_OP_TIMEOUT_S = 120.0
 _DRAIN_S = 10.0  # reading what a killed command left in its pipes
 _DIFF_LIMIT = 256 * 1024 * 1024
@@ -43,8 +40,6 @@ _GIT_DIFF = (
     'GIT_INDEX_FILE="$idx" git add -A && GIT_INDEX_FILE="$idx" git diff --cached --binary '
     '--no-color --no-ext-diff --no-textconv; rc=$?; rm -f "$idx"; exit $rc'
 )
-
-Proc = subprocess.Popen[bytes] | asyncio.subprocess.Process
 
 
 class SandboxInstance:
@@ -91,7 +86,7 @@ class SandboxInstance:
             inner.add(resource.RLIMIT_AS)
         self._inner_rlimits = [r for r in rlimits if r[0] in inner]
         self._rlimits = [r for r in rlimits if r not in self._inner_rlimits]
-        self._procs: dict[int, Proc] = {}
+        self._procs: dict[int, spawned.Proc] = {}
         self._ticks: dict[int, int] = {}
         if self._holder is not None:  # killed and reaped with the sandbox's processes
             self._procs[self._holder.pid] = self._holder.proc
@@ -195,7 +190,7 @@ class SandboxInstance:
         self._spawning += 1
         self._spawns_done.clear()
 
-    def _leave_spawn(self, proc: Proc | None) -> None:
+    def _leave_spawn(self, proc: spawned.Proc | None) -> None:
         """Record a new process — or, if the sandbox was closed while it was being spawned,
         kill it (the teardown waits for every spawn in flight before removing anything)."""
         self._spawning -= 1
@@ -205,7 +200,7 @@ class SandboxInstance:
             return
         if self._closed:
             self._ticks[proc.pid] = procfs.start_ticks(proc.pid) or 0
-            _kill_unreaped(proc)
+            spawned.kill_unreaped(proc)
             return
         self._procs[proc.pid] = proc
         self._ticks[proc.pid] = self._record.add_process(proc.pid)
@@ -239,7 +234,7 @@ class SandboxInstance:
         self, argv: list[str], *, timeout: float | None, stdin: bytes | None, limit: int
     ) -> tuple[int | None, HeadTail, HeadTail]:
         """Run to completion; the exit code is None after a timeout, 128+N for signal N."""
-        _check_argv(argv)
+        spawned.check_argv(argv)
         self._enter_spawn()
         proc = None
         try:
@@ -260,9 +255,9 @@ class SandboxInstance:
             self._check_open()
             async with asyncio.timeout(timeout):
                 await asyncio.gather(
-                    _pump(proc.stdout, out),
-                    _pump(proc.stderr, err),
-                    _feed(proc.stdin, stdin),
+                    spawned.pump(proc.stdout, out),
+                    spawned.pump(proc.stderr, err),
+                    spawned.feed(proc.stdin, stdin),
                     proc.wait(),
                 )
         except TimeoutError:
@@ -270,12 +265,14 @@ class SandboxInstance:
         finally:
             killed = proc.returncode is None
             if killed:
-                _kill_unreaped(proc)
+                spawned.kill_unreaped(proc)
                 # What the killed command wrote still fills its pipes: read them to the end,
                 # or the transport never finishes and wait() never returns.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(_DRAIN_S):
-                        await asyncio.gather(_pump(proc.stdout, out), _pump(proc.stderr, err))
+                        await asyncio.gather(
+                            spawned.pump(proc.stdout, out), spawned.pump(proc.stderr, err)
+                        )
                 await proc.wait()
             self._procs.pop(proc.pid, None)
             await self._retire(proc.pid, kill=killed)
@@ -294,7 +291,7 @@ class SandboxInstance:
         return (128 - code if code < 0 else code), out, err
 
     async def spawn_tty(self, argv: Sequence[str], env: dict[str, str] | None = None) -> TtyProcess:
-        _check_argv(list(argv))
+        spawned.check_argv(list(argv))
         self._enter_spawn()
         # A thread forks it: a fork costs the loop milliseconds with hundreds of sandboxes.
         loop = asyncio.get_running_loop()
@@ -348,14 +345,14 @@ class SandboxInstance:
 
     async def release_tty(self, tty: TtyProcess) -> None:
         """Kill a terminal process and everything it started, and close its terminal."""
-        _kill_unreaped(tty.popen)
-        _close_tty(tty)
+        spawned.kill_unreaped(tty.popen)
+        spawned.close_tty(tty)
         if tty in self._ttys:
             self._ttys.remove(tty)
         pid = tty.popen.pid
         # The session is killed while its leader is still unreaped, so its id is still ours.
         await asyncio.to_thread(self._kill_session, pid)
-        await asyncio.to_thread(_reap, [tty.popen])
+        await asyncio.to_thread(spawned.reap, [tty.popen])
         self._procs.pop(pid, None)
         self._retire_record(pid, [])
 
@@ -451,9 +448,9 @@ class SandboxInstance:
         if self._timer is not None:
             self._timer.cancel()
         for proc in self._procs.values():
-            _kill_unreaped(proc)
+            spawned.kill_unreaped(proc)
         for tty in self._ttys:
-            _close_tty(tty)
+            spawned.close_tty(tty)
         self._ttys.clear()
         self._teardown = asyncio.ensure_future(self._finish_teardown())
         return self._teardown
@@ -469,7 +466,9 @@ class SandboxInstance:
             # Terminal leaders are reaped only after destroy() killed their sessions: while
             # they are unreaped, their PIDs (the session ids) cannot name anything else.
             complete = await asyncio.to_thread(state.destroy, self._record)
-            await asyncio.to_thread(_reap, [p for p in procs if isinstance(p, subprocess.Popen)])
+            await asyncio.to_thread(
+                spawned.reap, [p for p in procs if isinstance(p, subprocess.Popen)]
+            )
             if not complete:
                 log.error("sandbox %s was not removed completely; the next start retries", self.id)
         finally:
@@ -479,56 +478,3 @@ class SandboxInstance:
     async def close(self) -> None:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
         await asyncio.shield(self._begin_teardown())
-
-
-def _kill_unreaped(proc: Proc) -> None:
-    """SIGKILL a spawned process and its group — only while it is not yet reaped, when its PID
-    and group id cannot name anything else."""
-    if proc.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
-
-
-def _close_tty(tty: TtyProcess) -> None:
-    """Close the terminal once; a shell session watching it is unhooked first."""
-    if tty.closed:
-        return
-    tty.closed = True
-    loop = asyncio.get_running_loop()
-    loop.remove_reader(tty.master_fd)
-    loop.remove_writer(tty.master_fd)
-    os.close(tty.master_fd)
-
-
-def _reap(popens: list[subprocess.Popen[bytes]]) -> None:
-    for popen in popens:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            popen.wait(timeout=5)
-
-
-def _check_argv(argv: list[str]) -> None:
-    if not argv:
-        raise InvalidCommandError("empty command")
-    for arg in argv:
-        if "\x00" in arg:
-            raise InvalidCommandError("command contains a NUL byte", argument=arg[:80])
-
-
-async def _pump(stream: asyncio.StreamReader | None, sink: HeadTail) -> None:
-    if stream is None:
-        return
-    while chunk := await stream.read(_READ_CHUNK):
-        sink.feed(chunk)
-
-
-async def _feed(stream: asyncio.StreamWriter | None, data: bytes | None) -> None:
-    if stream is None:
-        return
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        if data:
-            stream.write(data)
-            await stream.drain()
-        stream.close()
