@@ -38,7 +38,9 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(server_factory: Callable[..
     second.start()
     with httpx.Client(base_url=second.url, timeout=60) as http:
         views = [http.get(f"/v1/jobs/j{i}", params={"wait": 60}).json() for i in range(6)]
-        assert [v["status"] for v in views] == ["completed"] * 6
+        assert [v["status"] for v in views] == ["completed"] * 6, [
+            (v["job_id"], v["status"], v["attempts"], v.get("error")) for v in views
+        ]
         assert all(v["result"]["reward"] == 1.0 for v in views)
         assert max(v["attempts"] for v in views) >= 2  # the interrupted ones ran again
         feed = http.get("/v1/results", params={"limit": 1000}).json()["results"]
