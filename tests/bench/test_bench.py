@@ -17,6 +17,7 @@ import pytest
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
 from tests.conformance.conftest import require
+from tests.missing import missing
 
 ROLLSERVE = shutil.which("rollserve") or str(Path(__file__).parents[2] / ".venv/bin/rollserve")
 
@@ -217,9 +218,7 @@ def test_bench_learn_trains_both_ways_and_draws_the_curves(tmp_path: Path) -> No
 def test_bench_images_measures_the_same_images_as_root_and_as_an_ordinary_user() -> None:
     if os.geteuid() != 0:
         message = "running the bench as another user needs root"
-        if Settings().ci:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(message)
     user = "rollserve-test"  # the rootless suite's user (the Makefile's ROOTLESS_USER)
     args = ["--files", "50", "--starts", "3", "--concurrent", "2", "--backend", "bwrap"]
     report = _bench("images", *args, "--kind", "oci-archive", "--kind", "dir", "--user", user)

@@ -8,15 +8,14 @@ from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.shell import ShellSession
 from tests.conformance.conftest import require
 from tests.leaks import sandbox_processes
+from tests.missing import missing
 
 
 def _base_image(manager: SandboxManager, suffix: str = "") -> str:
     path = manager.settings.image_dir / f"base{suffix}"
     if not path.exists():
         message = f"base image {path} missing: run scripts/build-images.sh"
-        if manager.settings.ci:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(message, manager.settings)
     return str(path)
 
 

@@ -13,6 +13,7 @@ from rollserve.images import ImageStore
 from rollserve.images.unpack import RootFs, Unpacked
 from rollserve.settings import Settings
 from rollserve.testing.oci import LayerSpec, build_image
+from tests.missing import missing
 from tests.repos import git_repo
 
 BASE_ROOTFS = Path("/opt/rollserve/images/base")
@@ -99,9 +100,7 @@ def require_base_rootfs() -> Path:
     """The base root filesystem; a test without it skips (fails in CI)."""
     if not BASE_ROOTFS.is_dir():
         message = f"base image {BASE_ROOTFS} missing: run scripts/build-images.sh"
-        if Settings().ci:
-            pytest.fail(message)
-        pytest.skip(message)
+        missing(message)
     return BASE_ROOTFS
 
 

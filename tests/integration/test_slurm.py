@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollserve.settings import Settings
 from rollserve.storage.postgres import PostgresJobStore
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.cluster import TempSlurm, slurm_missing
 from tests.integration.conftest import Server
+from tests.missing import missing
 from tests.servers import ROOT, free_port
 
 SBATCH = ROOT / "deploy" / "slurm" / "rollserve.sbatch"
@@ -26,12 +26,9 @@ SBATCH = ROOT / "deploy" / "slurm" / "rollserve.sbatch"
 
 @pytest.fixture
 def slurm() -> Iterator[TempSlurm]:
-    missing = slurm_missing()
-    if missing:
-        message = f"Slurm is not installed (missing {missing}; make setup installs it)"
-        if Settings().ci:
-            pytest.fail(message)
-        pytest.skip(message)
+    absent = slurm_missing()
+    if absent:
+        missing(f"Slurm is not installed (missing {absent}; make setup installs it)")
     cluster = TempSlurm().start()
     yield cluster
     cluster.close()
