@@ -22,14 +22,14 @@ TESTS = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-p\n+q\n
 def row(**changes: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "instance_id": "owner__project-123",
-        "repo": "owner/project",
+        "repo": "pytest-dev/pytest",  # a repository the harness's table knows
         "base_commit": "0" * 40,
         "problem_statement": "it breaks",
         "patch": PATCH,
         "test_patch": TESTS,
         "FAIL_TO_PASS": json.dumps(["t.py::test_new"]),
         "PASS_TO_PASS": ["t.py::test_old"],
-        "version": "1.2",
+        "version": "7.0",
         "hints_text": "look at a.py",
         "created_at": "2024-05-01T00:00:00Z",
     }
@@ -75,7 +75,11 @@ def test_rows_become_tasks(tmp_path: Path) -> None:
     assert first.sandbox.workspace == "/testbed"
     assert extra["fail_to_pass"] == ["t.py::test_new"]  # a JSON string in the row
     assert extra["pass_to_pass"] == ["t.py::test_old"]  # a list in the row
-    assert (extra["repo"], extra["version"], extra["test_patch"]) == ("owner/project", "1.2", TESTS)
+    assert (extra["repo"], extra["version"], extra["test_patch"]) == (
+        "pytest-dev/pytest",
+        "7.0",
+        TESTS,
+    )
     assert first.metadata["gold_patch"] == PATCH
     assert first.metadata["hints_text"] == "look at a.py"  # fields it does not need are kept
     assert first.metadata["created_at"] == "2024-05-01T00:00:00Z"
@@ -91,7 +95,7 @@ def test_template_placeholders(tmp_path: Path) -> None:
     import_rows(rows, tmp_path / "out", "oci-archive:/data/{repo}/{swebench_image}-{version}.tar")
     task = tasks_of(tmp_path / "out")[0]
     assert task.sandbox is not None
-    expected = "oci-archive:/data/owner/project/sweb.eval.x86_64.owner_1776_project-123-1.2.tar"
+    expected = "oci-archive:/data/pytest-dev/pytest/sweb.eval.x86_64.owner_1776_project-123-7.0.tar"
     assert task.sandbox.image == expected
     with pytest.raises(InvalidInputError, match="unknown placeholders"):
         import_rows(rows, tmp_path / "out", "docker://x/{nope}")
@@ -180,3 +184,48 @@ def test_command_exit_code(tmp_path: Path) -> None:
     )
     assert missing.returncode != 0
     assert "nope.jsonl does not exist" in missing.stderr + missing.stdout
+
+
+def test_classic_rows_of_unknown_repositories_are_refused_or_fall_back(tmp_path: Path) -> None:
+    rows = write_rows(
+        tmp_path / "rows.jsonl",
+        [
+            row(),
+            row(instance_id="owner__project-1", repo="owner/project"),
+            row(instance_id="owner__project-2", version="99.9"),
+            row(instance_id="owner__project-3", repo="owner/project", eval_script="#!/bin/bash\n",
+                log_parser="parse_log_pytest"),
+        ],
+    )  # fmt: skip
+    reports = import_rows(rows, tmp_path / "strict")
+    assert [r.valid for r in reports] == [True, False, False, True]
+    assert "no test specification for 'owner/project'" in (reports[1].reason or "")
+    assert "--pytest-fallback" in (reports[1].reason or "")
+    assert "django/django" in (reports[1].reason or "")  # it lists what it knows
+    assert "pytest-dev/pytest has no test specification for version '99.9'" in (
+        reports[2].reason or ""
+    )
+    assert "swebench 4.1.0" in (reports[0].grading or "")
+    assert "parse_log_pytest" in (reports[0].grading or "")
+    assert "the row's eval_script" in (reports[3].grading or "")
+
+    reports = import_rows(rows, tmp_path / "fallback", pytest_fallback=True)
+    assert [r.valid for r in reports] == [True, True, True, True]
+    assert (reports[1].grading or "").startswith("rollserve pytest (--pytest-fallback)")
+    tasks = {t.task_id: t.model_extra or {} for t in tasks_of(tmp_path / "fallback")}
+    assert tasks["owner__project-1"]["grading"] == "pytest"
+    assert "grading" not in tasks["owner__project-123"]
+    report = json.loads((tmp_path / "fallback" / "report.json").read_text())
+    assert report["pytest_fallback"] is True
+    assert report["tasks"][1]["grading"] == reports[1].grading
+
+
+def test_the_fallback_flag_on_the_command_line(tmp_path: Path) -> None:
+    rows = write_rows(tmp_path / "rows.jsonl", [row(repo="owner/project")])
+    command = [ROLLSERVE, "tasks", "import", "swebench", str(rows), "--out", str(tmp_path / "o")]
+    strict = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert strict.returncode == 1 and "owner/project" in strict.stdout
+    loose = subprocess.run(
+        [*command, "--pytest-fallback"], capture_output=True, text=True, check=False
+    )
+    assert loose.returncode == 0, loose.stdout + loose.stderr

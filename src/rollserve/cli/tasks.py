@@ -78,10 +78,19 @@ def import_swebench_cmd(
             "{swebench_image} (SWE-bench's sweb.eval.x86_64.* name), {repo}, {version}",
         ),
     ] = DEFAULT_IMAGE_TEMPLATE,
+    pytest_fallback: Annotated[
+        bool,
+        typer.Option(
+            "--pytest-fallback",
+            help="grade classic rows of repositories (or versions) that rollserve's table of "
+            "the harness's specifications does not know with rollserve's own pytest run of "
+            "their test ids, instead of reporting them unusable",
+        ),
+    ] = False,
 ) -> None:
     """Write swebench tasks from SWE-bench-format rows (SWE-bench, SWE-Gym, SWE-smith …); exit
     code 0 iff every row became a task."""
-    reports = import_rows(rows, out, image_template)
+    reports = import_rows(rows, out, image_template, pytest_fallback=pytest_fallback)
     console = Console()
     bad = [r for r in reports if not r.valid]
     if bad:

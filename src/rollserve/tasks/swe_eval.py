@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shlex
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -79,6 +80,26 @@ def patch_paths(patch: str) -> list[str]:
     """The repository paths a unified diff names (old and new names, ``-p1``), in order.
     Lines inside a hunk are file contents, never headers, whatever they begin with."""
     found: dict[str, None] = {}
+    for _, names in diff_headers(patch):
+        for name in names:
+            if name and name != "/dev/null":
+                found.setdefault(name, None)
+    return list(found)
+
+
+def modified_files(patch: str) -> list[str]:
+    """The files a diff changes that exist before it (its ``--- a/PATH`` names, not
+    ``/dev/null``), in order: what the SWE-bench harness resets before a test patch."""
+    found: dict[str, None] = {}
+    for header, names in diff_headers(patch):
+        if header == "---" and names[0] != "/dev/null":
+            found.setdefault(names[0], None)
+    return list(found)
+
+
+def diff_headers(patch: str) -> Iterator[tuple[str, list[str]]]:
+    """Each file header line of a diff: its kind (``diff``, ``---``, ``+++``, ``rename``)
+    and the names it holds; hunk contents are skipped by their line counts."""
     old = new = 0  # lines of the current hunk still to come
     for line in patch.split("\n"):  # as git and patch read it: other line breaks are content
         if old > 0 or new > 0:
@@ -92,19 +113,14 @@ def patch_paths(patch: str) -> list[str]:
                 continue
             old = new = 0  # the hunk was cut short: read on as headers
         line = line.removesuffix("\r")
-        names: list[str] = []
         if hunk := _HUNK.match(line):
             old, new = (1 if count is None else int(count) for count in hunk.groups())
         elif line.startswith("diff --git "):
-            names = _git_header_names(line[len("diff --git ") :])
+            yield "diff", _git_header_names(line[len("diff --git ") :])
         elif line.startswith(("--- ", "+++ ")):
-            names = [_strip_prefix(_unquote(line[4:].split("\t")[0]))]
+            yield line[:3], [_strip_prefix(_unquote(line[4:].split("\t")[0]))]
         elif line.startswith(("rename from ", "rename to ", "copy from ", "copy to ")):
-            names = [_unquote(line.split(" ", 2)[2])]
-        for name in names:
-            if name and name != "/dev/null":
-                found.setdefault(name, None)
-    return list(found)
+            yield "rename", [_unquote(line.split(" ", 2)[2])]
 
 
 _HUNK = re.compile(r"@@ -\d+(?:,(\d{1,9}))? \+\d+(?:,(\d{1,9}))? @@")

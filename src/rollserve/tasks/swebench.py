@@ -1,16 +1,18 @@
 """The ``swebench`` task kind: a SWE-bench-format instance in its own container image, the
 repository at ``/testbed`` inside it (``rollserve tasks import swebench`` writes these tasks).
 
-Evaluation runs in a fresh sandbox of the instance's image. A row that carries the harness's
-eval script (SWE-bench 5.x rows: ``eval_script``, ``log_parser``, ``eval_type``) is graded by the
-SWE-bench harness itself: its script runs the tests, its log parser reads each test's status,
-its rule decides resolution. Rows without one (SWE-Gym, older SWE-bench dumps) are graded by
-rollserve's own pytest evaluation on the FAIL_TO_PASS/PASS_TO_PASS node ids, and say so."""
+Evaluation runs in a fresh sandbox of the instance's image and is graded by the SWE-bench
+harness: its eval script runs the tests, its log parser reads each test's status, its rule
+decides resolution. A SWE-bench 5.x row carries its script (``eval_script``, ``log_parser``,
+``eval_type``); for a row in the classic columns (SWE-bench as most copies store it, SWE-Gym),
+the script and parser come from rollserve's table of the harness's per-repository, per-version
+specifications (``swebench_specs``). A task of a repository the table does not know is refused,
+unless it asks for rollserve's own pytest run of its test ids (``"grading": "pytest"``)."""
 
 from __future__ import annotations
 
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -21,6 +23,7 @@ from rollserve.schema.sandbox import SandboxSpec
 from rollserve.tasks import swe_eval, swebench_harness
 from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
 from rollserve.tasks.swe import SweTests, score
+from rollserve.tasks.swebench_specs import SpecTable
 
 WORKSPACE = "/testbed"
 # Where SWE-bench images keep the instance's environment: first on PATH for the agent's shell
@@ -50,6 +53,11 @@ class SwebenchFields(SweTests):
     eval_script: str | None = Field(None, description="the harness's eval script (5.x rows)")
     log_parser: str | None = Field(None, description="the harness's log parser of the row")
     eval_type: str | None = None
+    grading: Literal["harness", "pytest"] = Field(
+        "harness",
+        description="harness: the SWE-bench harness's script and parser (the row's, else "
+        "rollserve's table's); pytest: rollserve's own pytest run of the test ids",
+    )
     environment_path: list[str] = Field(
         default_factory=lambda: list(ENVIRONMENT_PATH),
         description="directories put first on PATH in the agent's shell",
@@ -63,6 +71,16 @@ class SwebenchHandler:
     per-test statuses and the harness-style report."""
 
     name = "swebench"
+
+    def __init__(self, specs: SpecTable | None = None) -> None:
+        self._specs = specs
+
+    @property
+    def specs(self) -> SpecTable:
+        """rollserve's table of the harness's test specifications (read on first use)."""
+        if self._specs is None:
+            self._specs = SpecTable.load()
+        return self._specs
 
     def fields(self, task: Task) -> SwebenchFields:
         """The kind-specific fields; InvalidInputError naming the field if they are wrong."""
@@ -80,6 +98,8 @@ class SwebenchHandler:
                 "task.log_parser: a row with an eval_script names the harness's log parser",
                 field="task.log_parser",
             )
+        if fields.grading == "harness" and fields.eval_script is None:
+            self.specs.lookup(fields.repo, fields.version)
         if fields.log_parser and not swebench_harness.known_parser(fields.log_parser):
             raise InvalidInputError(
                 f"task.log_parser: the SWE-bench harness "
@@ -106,19 +126,30 @@ class SwebenchHandler:
     ) -> Evaluation:
         fields = self.fields(task)
         submission = output.submission if output.submission and output.submission.strip() else None
-        if fields.eval_script is None:
+        if fields.grading == "pytest":
             check = await score(task.task_id, fields, submission, open_sandbox)
             details = {
                 "harness": "rollserve pytest",
-                "harness_note": "the row carries no SWE-bench eval script (eval_script, "
-                "log_parser): graded by rollserve's own pytest run of its test ids",
+                "harness_note": "graded by rollserve's own pytest run of the test ids, as the "
+                'task asks ("grading": "pytest"), not by the SWE-bench harness',
                 **check.details(),
             }
             reward = 1.0 if check.resolved else 0.0
             return Evaluation(reward=reward, details=details, patch=output.submission)
         image = task.sandbox.image if task.sandbox and task.sandbox.image else ""
+        harness_spec = None
+        if fields.eval_script is None:
+            spec = self.specs.harness_spec(
+                fields.repo, fields.version, fields.base_commit, fields.test_patch
+            )
+            fields = fields.model_copy(
+                update={"eval_script": spec.eval_script, "log_parser": spec.log_parser}
+            )
+            harness_spec = spec.source
         row = swebench_harness.instance(fields, image)
         details = await _run_harness(fields, row, submission, open_sandbox)
+        if harness_spec is not None:
+            details["harness_spec"] = f"rollserve's table, from {harness_spec}"
         reward = 1.0 if details["resolved"] else 0.0
         return Evaluation(reward=reward, details=details, patch=output.submission)
 

@@ -34,6 +34,7 @@ class RowReport(BaseModel):
     task_id: str | None = None
     valid: bool = False
     image: str | None = None
+    grading: str | None = None  # how its evaluation will be graded
     reason: str | None = None
 
 
@@ -150,6 +151,25 @@ def row_task(row: dict[str, Any], template: str) -> Task:
     )
 
 
+def _graded(handler: SwebenchHandler, task: Task, pytest_fallback: bool) -> tuple[Task, str]:
+    """The task, validated, and how it will be graded (in words)."""
+    extra = task.model_extra or {}
+    try:
+        handler.validate(task)
+    except InvalidInputError as exc:
+        unknown = exc.details.get("field") in ("task.repo", "task.version")
+        if not (pytest_fallback and unknown):
+            raise
+        task = task.model_copy(update={"grading": "pytest"})
+        handler.validate(task)
+        return task, f"rollserve pytest (--pytest-fallback), since {exc.message}"
+    if extra.get("eval_script"):
+        return task, f"swebench harness: the row's eval_script and {extra['log_parser']}"
+    spec, _ = handler.specs.lookup(extra["repo"], extra.get("version"))
+    source = handler.specs.sources[spec.source]
+    return task, f"swebench harness: rollserve's table ({source}) and {spec.parser}"
+
+
 def _jsonable(value: Any) -> bool:
     try:
         json.dumps(value)
@@ -159,9 +179,17 @@ def _jsonable(value: Any) -> bool:
 
 
 def import_rows(
-    rows_path: Path, out: Path, template: str = DEFAULT_IMAGE_TEMPLATE
+    rows_path: Path,
+    out: Path,
+    template: str = DEFAULT_IMAGE_TEMPLATE,
+    *,
+    pytest_fallback: bool = False,
 ) -> list[RowReport]:
-    """Write ``out/tasks.jsonl`` (one task per usable row) and ``out/report.json``."""
+    """Write ``out/tasks.jsonl`` (one task per usable row) and ``out/report.json``.
+
+    A classic row (no ``eval_script``) of a repository or version that rollserve's table of the
+    harness's specifications does not know is reported unusable; with ``pytest_fallback`` it
+    becomes a task graded by rollserve's own pytest run instead, and its report says so."""
     check_template(template)
     handler = SwebenchHandler()
     rows = read_rows(rows_path)
@@ -175,7 +203,7 @@ def import_rows(
             report.task_id = row["instance_id"]
         try:
             task = row_task(row, template)
-            handler.validate(task)
+            task, report.grading = _graded(handler, task, pytest_fallback)
         except (ValueError, KeyError, IndexError) as exc:
             report.reason = str(exc)
             continue
@@ -194,6 +222,7 @@ def import_rows(
     body = {
         "source": str(rows_path),
         "image_template": template,
+        "pytest_fallback": pytest_fallback,
         "rows": len(rows),
         "tasks": [r.model_dump(mode="json") for r in reports],
     }
