@@ -1,7 +1,8 @@
-"""The real rows shipped in examples/swebench (a SWE-bench Verified row, pylint-dev__pylint-4551,
-and a SWE-Gym row, dask__dask-9378) in instance images the tests build themselves: each
-project's sdist at /testbed, its environment laid out as conda's, packed as an OCI archive;
-imported with ``tasks import swebench`` once per session."""
+"""The real rows shipped in examples/swebench (SWE-bench Verified rows of pylint, in SWE-bench
+5.x columns, and of django and sympy, in the classic columns; a SWE-Gym row of dask) in
+instance images the tests build themselves: each project's sdist at /testbed, its environment
+laid out as conda's, packed as an OCI archive; imported with ``tasks import swebench`` once per
+session."""
 
 from __future__ import annotations
 
@@ -25,7 +26,10 @@ EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
 ROWS = EXAMPLES / "rows.jsonl"
 INSTANCE = "pylint-dev__pylint-4551"
 CLASSIC = f"{INSTANCE}-classic"  # the same row without the harness's columns
-SWE_GYM = "dask__dask-9378"  # a SWE-Gym row: a repository the harness does not know
+SWE_GYM = "dask__dask-9378"  # a SWE-Gym row: graded by the table's entry from SWE-Gym's harness
+DJANGO = "django__django-10973"  # classic rows of the two repositories pytest cannot grade
+SYMPY = "sympy__sympy-20916"
+ROW_IDS = (INSTANCE, CLASSIC, SWE_GYM, DJANGO, SYMPY)
 
 
 @dataclass

@@ -1,6 +1,7 @@
-"""A real SWE-bench row in its own image, through the real pipeline: a scripted agent fixes it
-with bash and editor calls (bwrap and Apptainer) and the SWE-bench harness grades it; the row
-and its classic twin (no eval script: rollserve's pytest evaluation) validate; faults."""
+"""Real SWE-bench rows in their own images, through the real pipeline: a scripted agent fixes
+one with bash and editor calls (bwrap and Apptainer) and the SWE-bench harness grades it; every
+shipped row validates, the classic ones (django, sympy, SWE-Gym's dask, pylint's twin without
+its eval script) graded by the harness through rollserve's table; the pytest fallback; faults."""
 
 from __future__ import annotations
 
@@ -22,7 +23,16 @@ from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
 from tests.integration.conftest import Server
 from tests.leaks import mounts_under
-from tests.swebench.conftest import CLASSIC, INSTANCE, SWE_GYM, Instance, run_jobs
+from tests.swebench.conftest import (
+    CLASSIC,
+    DJANGO,
+    INSTANCE,
+    ROW_IDS,
+    SWE_GYM,
+    SYMPY,
+    Instance,
+    run_jobs,
+)
 
 WRITER_TESTS = "tests/unittest_pyreverse_writer.py"
 
@@ -97,20 +107,33 @@ def test_validate_the_shipped_rows_and_a_classic_twin(instance: Instance, tmp_pa
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "validating 3 tasks" in done.stdout
+    assert f"validating {len(ROW_IDS)} tasks" in done.stdout
     lines = done.stdout.splitlines()  # one line per task as soon as its checks are in
-    assert {f"valid {t}" for t in (INSTANCE, CLASSIC, SWE_GYM)} <= set(lines)
+    assert {f"valid {t}" for t in ROW_IDS} <= set(lines)
     report = json.loads((instance.tasks_dir / "validation.json").read_text())
     checks = {c["task_id"]: c for c in report["tasks"]}
-    assert set(checks) == {INSTANCE, CLASSIC, SWE_GYM}
+    assert set(checks) == set(ROW_IDS)
     for check in checks.values():
         assert check["valid"], check
         assert (check["gold"]["reward"], check["empty"]["reward"]) == (1.0, 0.0)
+        assert check["gold"]["grader"].startswith("swebench 5."), check  # the harness, always
+    for task_id in (CLASSIC, DJANGO, SYMPY):
+        assert "rollserve's table, from swebench 4.1.0" in checks[task_id]["gold"]["grader"]
+    assert "SWE-Gym" in checks[SWE_GYM]["gold"]["grader"]
+    # each test's status, as the harness's parser for the repository read it
+    django = checks[DJANGO]
+    assert len(django["gold"]["fail_to_pass"]) == 5
+    assert set(django["gold"]["fail_to_pass"].values()) == {"PASSED"}
+    assert "PASSED" not in set(django["empty"]["fail_to_pass"].values())
+    sympy = checks[SYMPY]
+    assert sympy["gold"]["fail_to_pass"] == {"test_super_sub": "PASSED"}
+    assert sympy["empty"]["fail_to_pass"] == {"test_super_sub": "FAILED"}
+    assert sympy["empty"]["pass_to_pass"] == {"test_requires_partial": "PASSED"}
     assert list((tmp_path / "sandboxes").iterdir()) == []
 
 
 @pytest.mark.parametrize("task_id", [CLASSIC, SWE_GYM])
-async def test_classic_rows_are_graded_by_pytest_and_say_so(
+async def test_classic_rows_are_graded_by_the_harness_through_the_table(
     instance: Instance, tmp_path: Path, task_id: str
 ) -> None:
     task = instance.task(task_id)
@@ -119,10 +142,30 @@ async def test_classic_rows_are_graded_by_pytest_and_say_so(
     )
     assert gold.result is not None
     evaluation = gold.result["evaluation"]
+    assert evaluation["harness"].startswith("swebench 5.")
+    assert evaluation["harness_spec"].startswith("rollserve's table, from ")
+    assert evaluation["resolution"] == "RESOLVED_FULL"
+    assert gold.result["reward"] == 1.0, evaluation
+    assert set(evaluation["fail_to_pass"].values()) == {"PASSED"}
+
+
+async def test_the_pytest_fallback_grades_with_pytest_and_says_so(
+    instance: Instance, tmp_path: Path
+) -> None:
+    task = _pytest_graded(instance.task(CLASSIC))
+    [gold] = await run_jobs(
+        instance.settings(tmp_path), [_submit(task, "gold", task.metadata["gold_patch"])]
+    )
+    assert gold.result is not None
+    evaluation = gold.result["evaluation"]
     assert evaluation["harness"] == "rollserve pytest"
-    assert "no SWE-bench eval script" in evaluation["harness_note"]
+    assert '"grading": "pytest"' in evaluation["harness_note"]
     assert gold.result["reward"] == 1.0, evaluation
     assert set(evaluation["fail_to_pass"].values()) == {"passed"}
+
+
+def _pytest_graded(task: Task) -> Task:
+    return Task.model_validate({**task.model_dump(mode="json"), "grading": "pytest"})
 
 
 async def test_a_hanging_test_run_scores_zero_and_frees_the_worker(
@@ -176,7 +219,7 @@ async def test_bad_images_fail_the_job_naming_the_image(instance: Instance, tmp_
 async def test_a_test_patch_that_does_not_apply_names_the_task(
     instance: Instance, tmp_path: Path
 ) -> None:
-    task = instance.task(CLASSIC)
+    task = _pytest_graded(instance.task(CLASSIC))
     # A hunk against a file the repository does not have: no fuzz can apply it.
     broken_tests = (task.model_extra or {})["test_patch"] + (
         "diff --git a/tests/missing.py b/tests/missing.py\n--- a/tests/missing.py\n"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from rollserve.errors import RollserveError
 from rollserve.pipeline.plugins import default_plugins
@@ -32,6 +32,9 @@ class PatchCheck(BaseModel):
     reward: float | None = None
     reason: str | None = None
     seconds: float = 0.0
+    grader: str | None = None  # what graded it: the evaluation's harness, and its spec
+    fail_to_pass: dict[str, str] = Field(default_factory=dict)  # each test's status
+    pass_to_pass: dict[str, str] = Field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -75,6 +78,12 @@ def _check(record: JobRecord, expected: float) -> PatchCheck:
         check.reward = float(record.result["reward"])
         evaluation: dict[str, Any] = record.result.get("evaluation") or {}
         check.reason = evaluation.get("reason") or evaluation.get("error")
+        if isinstance(evaluation.get("harness"), str):
+            spec = evaluation.get("harness_spec")
+            check.grader = evaluation["harness"] + (f"; {spec}" if spec else "")
+        for name in ("fail_to_pass", "pass_to_pass"):
+            if isinstance(statuses := evaluation.get(name), dict):
+                setattr(check, name, {str(k): str(v) for k, v in statuses.items()})
     elif record.error is not None:
         check.reason = f"[{record.error.get('code')}] {record.error.get('message')}"
     return check

@@ -1,6 +1,8 @@
 """SWE-bench instance images built offline, without Docker: a row's repository made from its
 project's PyPI sdist at /testbed, and a Python environment laid out as conda's
-``/opt/miniconda3/envs/testbed``, so that the row's own harness eval script runs unchanged."""
+``/opt/miniconda3/envs/testbed``, so that the row's own harness eval script runs unchanged.
+The environment uses the base image's Python, or, when the recipe asks for another version,
+one copied in from the host (``python_layer``)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from rollserve.errors import InvalidInputError, RollserveError
+from rollserve.testing import python_layer
 from rollserve.testing.oci import LayerSpec, build_image
 
 TESTBED = "/testbed"
@@ -130,8 +133,9 @@ def build_instance_image(
 ) -> str:
     """Write ``row``'s instance image to ``out`` (an OCI archive); returns its reference.
 
-    ``base_rootfs`` is a root filesystem with bash, git and Python ``recipe.python`` at
-    /usr/bin/python3; ``work`` keeps the downloads (reused by later builds) and the staged tree.
+    ``base_rootfs`` is a root filesystem with bash, git and a /usr/bin/python3; when that is
+    not Python ``recipe.python``, the host's is copied in. ``work`` keeps the downloads (reused
+    by later builds) and the staged tree.
     """
     work.mkdir(parents=True, exist_ok=True)
     sdist = download_sdist(recipe, work / "downloads")
@@ -148,7 +152,12 @@ def build_instance_image(
             head=head,
             base_commit=row["base_commit"],
         )
-    make_environment(recipe, stage / ENV_PREFIX.lstrip("/"), stage / TESTBED.lstrip("/"))
+    interpreter = "/usr/bin/python3"
+    if python_layer.image_python(base_rootfs) != recipe.python:
+        interpreter = str(python_layer.lay_out(recipe.python, stage))
+    make_environment(
+        recipe, stage / ENV_PREFIX.lstrip("/"), stage / TESTBED.lstrip("/"), interpreter
+    )
     activate = stage / CONDA_ROOT.lstrip("/") / "bin" / "activate"
     activate.parent.mkdir(parents=True)
     activate.write_text(ACTIVATE)
@@ -207,23 +216,27 @@ def make_repository(sdist: Path, testbed: Path, recipe: Recipe) -> str:
     return _git(testbed, "rev-parse", "HEAD").strip()
 
 
-def make_environment(recipe: Recipe, env: Path, testbed: Path) -> None:
-    """Lay out a virtual environment of the image's /usr/bin/python3 at ``env``: the recipe's
+def make_environment(
+    recipe: Recipe, env: Path, testbed: Path, interpreter: str = "/usr/bin/python3"
+) -> None:
+    """Lay out a virtual environment of the image's ``interpreter`` at ``env``: the recipe's
     wheels, the repository installed as by `pip install -e .`, and their console scripts."""
     python = f"python{recipe.python}"
     site = env / "lib" / python / "site-packages"
     site.mkdir(parents=True)
     (env / "pyvenv.cfg").write_text(
-        f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {recipe.python}\n"
+        f"home = {os.path.dirname(interpreter)}\ninclude-system-site-packages = false\n"
+        f"version = {recipe.python}\n"
     )
     bin_dir = env / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python").symlink_to("/usr/bin/python3")
+    (bin_dir / "python").symlink_to(interpreter)
     for alias in ("python3", python):
         (bin_dir / alias).symlink_to("python")
     if recipe.wheels:
         platforms = [f"--platform={platform}" for platform in PLATFORMS]
-        abi = "cp" + recipe.python.replace(".", "")
+        major, minor = (int(part) for part in recipe.python.split("."))
+        abi = f"cp{major}{minor}" + ("m" if (major, minor) < (3, 8) else "")  # pymalloc tag
         _pip(
             "install", "--no-deps", "--only-binary=:all:", "--no-compile", "--target", str(site),
             f"--python-version={recipe.python}", "--implementation=cp", f"--abi={abi}",
@@ -284,7 +297,8 @@ def _git(repository: Path, *args: str) -> str:
         env[f"GIT_{who}_NAME"] = "SWE-bench sdist"
         env[f"GIT_{who}_EMAIL"] = "sdist@rollserve.invalid"
         env[f"GIT_{who}_DATE"] = "2000-01-01T00:00:00Z"
-    return _run(["git", "-C", str(repository), *args], env=env)
+    # No automatic gc: on a large tree it detaches and races the explicit one.
+    return _run(["git", "-c", "gc.auto=0", "-C", str(repository), *args], env=env)
 
 
 def _pip(*args: str) -> str:
