@@ -62,6 +62,12 @@ class ApptainerBackend:
         guest_workspace: str | None,
     ) -> Launcher:
         assert isinstance(spec, ApptainerSpec)
+        if spec.writable_root:
+            raise InvalidInputError(
+                "the apptainer backend has no writable root (a whole-filesystem layer): "
+                "run such tasks on bwrap",
+                backend=self.name,
+            )
         binary = self._binary()
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)

@@ -117,20 +117,24 @@ class BwrapBackend:
             args += ["--unshare-user", "--disable-userns"]
         if spec.network:
             args.append("--share-net")
-        for entry in sorted(os.scandir(root), key=lambda e: e.name):
-            if entry.name in _FRESH or entry.name == top or (only and entry.name not in only):
-                continue
-            if entry.is_symlink():
-                args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
-            elif entry.is_dir():
-                args += ["--ro-bind", entry.path, f"/{entry.name}"]
+        if spec.writable_root:  # the workspace is the whole root, an overlay of the image
+            args += ["--bind", str(workspace), "/"]
+        else:
+            for entry in sorted(os.scandir(root), key=lambda e: e.name):
+                if entry.name in _FRESH or entry.name == top or (only and entry.name not in only):
+                    continue
+                if entry.is_symlink():
+                    args += ["--symlink", os.readlink(entry.path), f"/{entry.name}"]
+                elif entry.is_dir():
+                    args += ["--ro-bind", entry.path, f"/{entry.name}"]
         # A sandbox's root is the host's root (uid 0 maps to 0 when rollserve runs as root),
         # whom the kernel lets write sysctls by file mode alone (kernel.core_pattern runs a
         # program as root on the host): bwrap 0.8 leaves /proc/sys writable, so cover it.
         args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
         args += ["--ro-bind-try", "/proc/sysrq-trigger", "/proc/sysrq-trigger", "--dev", "/dev"]
         size = spec.limits.disk_mb
-        for fresh in ("/tmp", "/run", "/root"):
+        # A writable root keeps /tmp and /root in its layer, as a container's are.
+        for fresh in ("/run",) if spec.writable_root else ("/tmp", "/run", "/root"):
             if size is not None and self._sizes_tmpfs(binary):
                 args += ["--size", str(size * 1024 * 1024)]
             args += ["--tmpfs", fresh]
@@ -149,16 +153,11 @@ class BwrapBackend:
             args += ["--ro-bind", str(mount), str(mount)]
         for source, target, writable in guest_binds(spec, workspace):
             args += ["--bind" if writable else "--ro-bind", str(source), target]
-        args += [
-            "--bind",
-            str(workspace),
-            guest,
-            "--chdir",
-            guest,
-            "--remount-ro",
-            "/",
-            "--clearenv",
-        ]
+        if not spec.writable_root:
+            args += ["--bind", str(workspace), guest, "--chdir", guest, "--remount-ro", "/"]
+        else:
+            args += ["--chdir", guest]
+        args.append("--clearenv")
         for key, value in sandbox_env(
             spec.env, home="/root", image=image.config.env, path_prepend=spec.path_prepend
         ).items():

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rollserve.errors import (
+    InfrastructureError,
+    InvalidInputError,
     SandboxClosedError,
     SandboxDiedError,
     SandboxPathError,
@@ -25,7 +27,7 @@ from rollserve.sandbox import files, procfs, spawned, state
 from rollserve.sandbox.base import Launcher, TtyProcess
 from rollserve.sandbox.limits import Cgroup, confine, enforcement, prlimit_args, rlimits_for
 from rollserve.sandbox.output import HeadTail
-from rollserve.sandbox.workspace import Layout
+from rollserve.sandbox.workspace import Layout, keep_layer
 from rollserve.schema.sandbox import ExecResult, LimitCheck, SandboxLimits
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,9 @@ class SandboxInstance:
         layout = layout or Layout("bind")
         self.workspace_mode = layout.how  # bind, copy or overlay
         self._holder = layout.holder
+        self._upper = layout.upper  # what an overlay's sandbox wrote
+        self._keep: Path | None = None  # where that goes when it closes
+        self._kept: str | None = None  # why keeping it failed
         # rollserve's own way to the workspace: through the holder where the mounts are its
         self._workspace = workspace if self._holder is None else self._holder.host_path(workspace)
         self._template = template
@@ -463,6 +468,8 @@ class SandboxInstance:
             for proc in procs:
                 if isinstance(proc, asyncio.subprocess.Process):
                     await proc.wait()
+            if self._keep is not None and self._upper is not None:
+                self._kept = await keep_layer(self._upper, self._keep)
             # Terminal leaders are reaped only after destroy() killed their sessions: while
             # they are unreaped, their PIDs (the session ids) cannot name anything else.
             complete = await asyncio.to_thread(state.destroy, self._record)
@@ -478,3 +485,16 @@ class SandboxInstance:
     async def close(self) -> None:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
         await asyncio.shield(self._begin_teardown())
+
+    async def close_keeping_layer(self, dest: Path) -> None:
+        """Close the sandbox, its writable root's layer (what it wrote anywhere) moved to
+        ``dest`` first: an evaluation sandbox lays it over the image (``lower_layers``).
+        InfrastructureError when it cannot be kept."""
+        if self._upper is None:
+            raise InvalidInputError(f"sandbox {self.id} has no layer to keep (no overlay)")
+        if self._teardown is not None:
+            raise InfrastructureError(f"sandbox {self.id} closed before its layer was kept")
+        self._keep = dest
+        await self.close()
+        if self._kept is not None:
+            raise InfrastructureError(f"keeping the layer of sandbox {self.id}: {self._kept}")

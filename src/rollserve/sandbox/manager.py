@@ -185,7 +185,27 @@ class SandboxManager:
             guest = spec.workspace
             if guest is None and image is not None and spec.template is None:
                 guest = _workdir(image)
-            if guest is not None and guest != GUEST_WORKSPACE:
+            if spec.writable_root:
+                if image is None or image.kind != "dir":
+                    raise InvalidInputError(
+                        f"a writable root needs a root-filesystem image ({spec.backend} "
+                        f"backend, image {image.ref if image else None})",
+                        backend=spec.backend,
+                    )
+                scratch = record.path / "overlay"
+                await asyncio.to_thread(scratch.mkdir)
+                layout = await lay_out(
+                    image.path,
+                    workspace,
+                    scratch,
+                    "overlay",  # a copy of a whole root would cost too much, and stacks nothing
+                    disk,
+                    note=record.add_process,
+                    layers=tuple(_layers(spec.lower_layers)),
+                    keepable=True,
+                )
+                guest = guest or "/"  # where the shell starts; its files are the whole root
+            elif guest is not None and guest != GUEST_WORKSPACE:
                 if image is None or image.kind != "dir":
                     raise InvalidInputError(
                         f"a workspace inside the image ({guest}) needs an image "
@@ -211,6 +231,8 @@ class SandboxManager:
                     await copy_tree(template, workspace)
                     layout = Layout("copy")
             launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
+            # rollserve's view of the guest workspace: inside the root where that is writable
+            files = workspace / guest.lstrip("/") if spec.writable_root and guest else workspace
             if launcher.contained and not record.contained:
                 record.contained = True
                 await asyncio.to_thread(record.save)
@@ -218,7 +240,7 @@ class SandboxManager:
                 record=record,
                 launcher=launcher,
                 limits=spec.limits,
-                workspace=workspace,
+                workspace=files,
                 template=template,
                 cgroup=cgroup,
                 on_close=self._forget,
@@ -275,7 +297,9 @@ class SandboxManager:
                     workspace=spec.workspace,
                 )
             return None
-        return await self.images.runnable(ref, spec.backend, need_dir=spec.workspace is not None)
+        return await self.images.runnable(
+            ref, spec.backend, need_dir=spec.workspace is not None or spec.writable_root
+        )
 
     def _forget(self, sandbox: SandboxInstance) -> None:
         self.live.pop(sandbox.id, None)
@@ -315,6 +339,17 @@ def _workdir(image: RunnableImage) -> str | None:
         return check_guest_workspace(image.config.workdir)
     except ValueError:
         return None
+
+
+def _layers(layers: list[Path]) -> list[Path]:
+    """The lower layers, each an existing directory."""
+    for layer in layers:
+        if not layer.is_dir():
+            raise InvalidInputError(
+                f"lower layer {layer} is not a directory (a kept layer that is gone?)",
+                layer=str(layer),
+            )
+    return layers
 
 
 def _check_template(template: Path | None) -> Path | None:

@@ -27,21 +27,24 @@ _START_TIMEOUT_S = 30.0
 
 @dataclass(frozen=True)
 class Overlay:
-    """``target`` becomes a writable view of ``lower``; the writes land in ``upper``."""
+    """``target`` becomes a writable view of ``lower`` (under ``layers``, topmost first: an
+    earlier overlay's upper directories); the writes land in ``upper``."""
 
     lower: Path
     upper: Path
     work: Path
     target: Path
+    layers: tuple[Path, ...] = ()
 
     def options(self, userxattr: bool) -> str:
-        paths = (self.lower, self.upper, self.work)
+        paths = (*self.layers, self.lower, self.upper, self.work)
         if any(ch in str(p) for p in paths for ch in _UNSAFE_IN_OPTIONS):
             raise SandboxStartError(
                 f"cannot mount an overlay over {self.lower}: a path holds a character "
                 "mount options cannot carry"
             )
-        opts = f"lowerdir={self.lower},upperdir={self.upper},workdir={self.work}"
+        lowers = ":".join(str(p) for p in (*self.layers, self.lower))
+        opts = f"lowerdir={lowers},upperdir={self.upper},workdir={self.work}"
         return opts + (",userxattr" if userxattr else "")
 
 

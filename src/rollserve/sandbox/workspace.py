@@ -7,6 +7,7 @@ where the kernel refuses both."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -30,6 +31,7 @@ class Layout:
     how: str
     holder: MountHolder | None = None
     why_not_overlay: str = ""  # for a copy: why the overlay could not be mounted
+    upper: Path | None = None  # an overlay's upper directory: what the sandbox wrote
 
 
 def image_directory(image: RunnableImage, guest: str) -> Path:
@@ -50,19 +52,25 @@ async def lay_out(
     mode: str,
     quota: DiskQuota | None = None,
     note: Callable[[int], object] | None = None,
+    layers: tuple[Path, ...] = (),
+    keepable: bool = False,
 ) -> Layout:
-    """Make ``workspace`` (an empty directory) a writable view of ``source``. With a
-    ``quota`` (root only), what the sandbox writes (the overlay's upper directory, or the copy)
-    lives on the quota's filesystem. ``note`` is told the PID of a mount namespace's holder as
-    soon as it exists."""
+    """Make ``workspace`` (an empty directory) a writable view of ``source`` (under
+    ``layers``, which only an overlay can stack). With a ``quota`` (root only), what the
+    sandbox writes (the overlay's upper directory, or the copy) lives on the quota's
+    filesystem. ``note`` is told the PID of a mount namespace's holder as soon as it exists.
+    ``keepable``: the layout names its upper directory, for the sandbox to keep."""
     problem: str | None = f"image_workspace is {mode!r}"
+    if layers:
+        mode = "overlay"
     if mode in ("auto", "overlay"):
-        overlay = Overlay(source, scratch / "upper", scratch / "work", workspace)
+        overlay = Overlay(source, scratch / "upper", scratch / "work", workspace, layers)
         if os.geteuid() != 0:
             problem = await asyncio.to_thread(_foreign, source)
             if problem is None:
                 try:
-                    return Layout("overlay", await MountHolder.start([overlay], note))
+                    holder = await MountHolder.start([overlay], note)
+                    return Layout("overlay", holder, upper=overlay.upper if keepable else None)
                 except SandboxStartError as exc:
                     problem = str(exc)
         else:
@@ -70,7 +78,7 @@ async def lay_out(
                 await quota.mount(scratch)
             problem = await _overlay(overlay)
             if problem is None:
-                return Layout("overlay")
+                return Layout("overlay", upper=overlay.upper if keepable else None)
             if quota is not None:
                 await quota.unmount(scratch)
         if mode == "overlay":
@@ -143,3 +151,22 @@ async def copy_tree(source: Path, workspace: Path) -> None:
             await asyncio.shield(proc.wait())
     if proc.returncode != 0:
         raise SandboxStartError(f"copying {source} failed: {err.decode().strip()}")
+
+
+async def keep_layer(upper: Path, dest: Path) -> str | None:
+    """Move ``upper`` (an unmounted or idle overlay's upper directory) to ``dest``: a rename,
+    or a copy that keeps whiteouts and extended attributes where ``upper`` is on another
+    filesystem (a disk quota's); returns why that failed, or None."""
+    try:
+        await asyncio.to_thread(dest.parent.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(os.rename, upper, dest)
+        return None
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            return str(exc)
+    proc = await asyncio.create_subprocess_exec(
+        "cp", "-a", "--reflink=auto", str(upper), str(dest),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await proc.communicate()
+    return None if proc.returncode == 0 else err.decode(errors="replace").strip()

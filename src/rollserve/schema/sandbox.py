@@ -106,6 +106,25 @@ class _SpecBase(_Model):
         description="directories put first on the image's PATH (an environment to activate)",
     )
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
+    writable_root: bool = Field(
+        False,
+        description="the image's whole root filesystem writable for this sandbox, through an "
+        "overlay (bwrap): what it writes anywhere but /proc, /dev and /run lands in one "
+        "layer, which the sandbox can hand on when it closes",
+    )
+    lower_layers: list[Path] = Field(
+        default_factory=list,
+        description="layers kept from earlier sandboxes, laid over the image (topmost "
+        "first); needs writable_root",
+    )
+
+    @field_validator("lower_layers")
+    @classmethod
+    def _layers(cls, value: list[Path]) -> list[Path]:
+        for layer in value:
+            if not layer.is_absolute():
+                raise ValueError(f"{layer} must be an absolute host path")
+        return value
 
     @field_validator("workspace")
     @classmethod
@@ -116,6 +135,10 @@ class _SpecBase(_Model):
     def _one_workspace(self) -> _SpecBase:
         if self.workspace is not None and self.template is not None:
             raise ValueError("give a template or a workspace inside the image, not both")
+        if self.lower_layers and not self.writable_root:
+            raise ValueError("lower_layers are laid under a writable root: set writable_root")
+        if self.writable_root and self.template is not None:
+            raise ValueError("a writable root is the image's own: give no template")
         return self
 
 
