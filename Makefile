@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= 3
 ROOTLESS_USER ?= rollserve-test
 ROOTLESS_TESTS ?= tests/conformance tests/images tests/faults tests/swebench \
 	tests/integration/test_swe.py tests/integration/test_restart.py \
-	tests/integration/test_fleet.py tests/ui tests/cli/test_cli.py
+	tests/integration/test_fleet.py tests/ui tests/cli/test_cli.py tests/harbor
 
 .PHONY: demo test check setup system lint typecheck pytest pytest-rootless bench clean
 

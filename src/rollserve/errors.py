@@ -183,6 +183,13 @@ class InfrastructureError(RollserveError):
     http_status = 503
 
 
+class LayerLostError(InfrastructureError):
+    """The layer a run kept for its evaluation is gone (another node, a lost data directory):
+    the job runs again from the start."""
+
+    code = "layer_lost"
+
+
 class BackendUnavailableError(InfrastructureError):
     """A backend cannot serve: an inference server that does not answer, times out or answers
     something malformed (the call fails over), or a sandbox backend that cannot run on this

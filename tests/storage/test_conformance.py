@@ -129,6 +129,17 @@ def test_stages_carry_output_timing_and_stay_on_the_sandbox_node(store: Store) -
         store.finish("a", "node-2", JobStatus.FAILED)
 
 
+def test_a_stage_handed_on_to_stay_is_claimed_by_its_node_only(store: Store) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "node-1", 30)
+    store.advance("a", "node-1", Stage.RUN)
+    store.claim(Stage.RUN, "node-1", 30)
+    store.advance("a", "node-1", Stage.EVAL, output={"layer": "/l"}, stay=True)
+    assert store.claim(Stage.EVAL, "node-2", 30) is None  # the layer is on node-1
+    evaluation = store.claim(Stage.EVAL, "node-1", 30)
+    assert evaluation is not None and evaluation.stage_output == {"layer": "/l"}
+
+
 def test_results_feed_in_completion_order(store: Store) -> None:
     store.submit(_jobs("a", "b", "c"), max_queued=10)
     for _ in range(3):

@@ -20,6 +20,7 @@ from rollserve.pipeline.validation import (
     write_report,
 )
 from rollserve.settings import Settings
+from rollserve.tasks.harbor_import import import_dirs
 from rollserve.tasks.swe_prepare import TaskReport, prepare_specs
 from rollserve.tasks.swebench_rows import DEFAULT_IMAGE_TEMPLATE, import_rows
 
@@ -100,6 +101,40 @@ def import_swebench_cmd(
         console.print(table)
     good = len(reports) - len(bad)
     console.print(f"{good}/{len(reports)} rows became tasks; tasks in {out / 'tasks.jsonl'}")
+    raise typer.Exit(0 if not bad else 1)
+
+
+@import_app.command("harbor")
+def import_harbor_cmd(
+    dirs: Annotated[
+        list[Path],
+        typer.Argument(help="Harbor task directories (task.toml …), or directories of them"),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="where tasks.jsonl and report.json go")],
+    image_template: Annotated[
+        str | None,
+        typer.Option(
+            "--image-template",
+            help="each task's image, instead of task.toml's docker_image; placeholders {name} "
+            "(task.toml's [task] name, else the directory's) and {dir} (the directory's name)",
+        ),
+    ] = None,
+) -> None:
+    """Write harbor tasks from Harbor task directories (terminal-bench 2, SkyRL …); exit code
+    0 iff every directory became a task."""
+    reports = import_dirs(dirs, out, image_template)
+    console = Console()
+    bad = [r for r in reports if not r.valid]
+    if bad:
+        table = Table("directory", "reason")
+        for report in bad:
+            table.add_row(report.dir, report.reason or "")
+        console.print(table)
+    for report in reports:
+        for note in report.notes:
+            console.print(f"{report.task_id or report.dir}: {note}")
+    good = len(reports) - len(bad)
+    console.print(f"{good}/{len(reports)} directories became tasks; tasks in {out / 'tasks.jsonl'}")
     raise typer.Exit(0 if not bad else 1)
 
 

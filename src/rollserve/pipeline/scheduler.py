@@ -31,6 +31,7 @@ from rollserve.errors import (
     BackendRequestError,
     InfrastructureError,
     InvalidInputError,
+    LayerLostError,
     LeaseLostError,
     RollserveError,
     StaleRolloutError,
@@ -105,6 +106,7 @@ class Scheduler:
         )
         self._beat_ok = time.monotonic()
         await self._recover()
+        await self.runner.layers.sweep(lambda job_id: self._store(self.store.get, job_id))
         for stage, size in self.pools.items():
             self._workers += [
                 asyncio.create_task(self._worker(stage), name=f"{stage}-{i}") for i in range(size)
@@ -340,6 +342,7 @@ class Scheduler:
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
             self._working.pop(job_id, None)
             await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
+            await self.runner.layers.drop(job_id)
             self.figures.job_ended(JobStatus.CANCELLED.value)
 
     async def _stage(self, stage: Stage, job: JobRecord) -> None:
@@ -378,7 +381,7 @@ class Scheduler:
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
         await self.runner.admitted(request)  # a pause may hold new jobs of its model
         started = time.monotonic()
-        async with asyncio.timeout(stage_timeout(request, "init_s", self.settings.init_timeout_s)):
+        async with asyncio.timeout(self._timeout(request, "init_s", self.settings.init_timeout_s)):
             sandbox = await self.runner.init(request)
         self._held[job.job_id] = sandbox
         queued = max(0.0, time.time() - job.created - (time.monotonic() - started))
@@ -408,7 +411,7 @@ class Scheduler:
                 job.job_id,
                 request,
                 sandbox,
-                stage_timeout(request, "run_s", self.settings.run_timeout_s),
+                self._timeout(request, "run_s", self.settings.run_timeout_s),
                 on_turn=turn_recorder(self.store, job),
             )
         finally:
@@ -425,6 +428,7 @@ class Scheduler:
             Stage.EVAL,
             output=output.to_json(),
             timing=timing,
+            stay=output.layer is not None,  # the layer is on this node
         )
         self.wake(Stage.EVAL)
 
@@ -442,7 +446,7 @@ class Scheduler:
         evaluate: bool,
         started: float | None = None,
     ) -> None:
-        limit = stage_timeout(request, "eval_s", self.settings.eval_timeout_s)
+        limit = self._timeout(request, "eval_s", self.settings.eval_timeout_s)
         if evaluate:
             begun = started or time.monotonic()
             try:
@@ -463,7 +467,12 @@ class Scheduler:
             result=result.model_dump(mode="json"),
             timing=timing,
         )
+        await self.runner.layers.drop(job.job_id)
         self.figures.job_ended(JobStatus.COMPLETED.value, str(output.exit_reason))
+
+    def _timeout(self, request: JobRequest, name: str, default: float) -> float:
+        handler = self.runner.plugins.handlers.get(request.task.kind)
+        return stage_timeout(request, name, default, handler)
 
     async def _infrastructure_failure(
         self, stage: Stage, job: JobRecord, exc: RollserveError
@@ -477,7 +486,9 @@ class Scheduler:
             await self._fail(job, exc)
             return
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
-        retry = Stage.EVAL if stage == Stage.EVAL else Stage.INIT
+        # An evaluation is retried from the run's stored output, unless what it needs is gone.
+        lost = isinstance(exc, LayerLostError)
+        retry = Stage.EVAL if stage == Stage.EVAL and not lost else Stage.INIT
         delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
         self._working.pop(job.job_id, None)  # back in a stage it may have been in: new work
         await self._store(
@@ -491,4 +502,5 @@ class Scheduler:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
         await self._store(self.store.finish, job.job_id, self.node, status, error=error)
+        await self.runner.layers.drop(job.job_id)
         self.figures.job_ended(status.value)

@@ -4,23 +4,27 @@ the agent, eval scores the outcome (in a fresh sandbox when the task needs one).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rollserve.agents.base import Agent, RunContext, ShapesSandbox, TurnHook
+from rollserve.errors import LayerLostError
 from rollserve.gateway.base import Gateway
 from rollserve.llm.session import Models, ModelSession, VersionBound
 from rollserve.llm.toolcalls import ToolCallParser
+from rollserve.pipeline.layers import Layers
 from rollserve.registry import Registry
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest, RolloutResult
-from rollserve.schema.sandbox import SandboxSpec
+from rollserve.schema.sandbox import Bind, SandboxSpec
 from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
-from rollserve.tasks.base import Evaluation, RunOutput, TaskHandler
+from rollserve.tasks.base import Evaluation, HasStageTimeouts, RunOutput, TaskHandler
 
 
 @dataclass
@@ -47,10 +51,15 @@ def validate(request: JobRequest, plugins: Plugins, sandboxes: SandboxManager) -
         sandboxes.backends.get(request.task.sandbox.backend)
 
 
-def stage_timeout(request: JobRequest, name: str, default: float) -> float:
-    """The job's active-time limit for a stage (``init_s``, ``run_s``, ``eval_s``), or the
-    server's ``default``."""
+def stage_timeout(
+    request: JobRequest, name: str, default: float, handler: object | None = None
+) -> float:
+    """The job's active-time limit for a stage (``init_s``, ``run_s``, ``eval_s``): the
+    request's, else the task's own (a handler's ``stage_timeouts``), else the server's
+    ``default``."""
     value = getattr(request.timeouts, name, None) if request.timeouts else None
+    if value is None and isinstance(handler, HasStageTimeouts):
+        value = handler.stage_timeouts(request.task).get(name)
     return float(value) if value is not None else default
 
 
@@ -86,6 +95,7 @@ class StageRunner:
         self.plugins = plugins
         self.models = models
         self.gateway = gateway if gateway is not None else Gateway()
+        self.layers = Layers(settings.data_dir)
 
     async def init(self, request: JobRequest) -> SandboxInstance | None:
         handler = self.plugins.handlers.get(request.task.kind)
@@ -140,6 +150,11 @@ class StageRunner:
             output = context.output(ExitReason.TIMEOUT)
         if llm is not None:
             llm.check_stale()  # a rollout already stale is not worth evaluating
+        if isinstance(sandbox, SandboxInstance) and sandbox.has_layer:
+            # What it wrote anywhere in its filesystem is what evaluation looks at.
+            layer = await self.layers.prepare(job_id)
+            await sandbox.close_keeping_layer(layer)
+            output.layer = str(layer)
         return output
 
     async def admitted(self, request: JobRequest) -> None:
@@ -156,10 +171,20 @@ class StageRunner:
         handler = self.plugins.handlers.get(request.task.kind)
 
         @asynccontextmanager
-        async def fresh_sandbox() -> AsyncIterator[Sandbox]:
+        async def fresh_sandbox(binds: Sequence[Bind] = ()) -> AsyncIterator[Sandbox]:
             spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
             if spec is None:
                 raise RuntimeError(f"task kind {request.task.kind!r} has no sandbox to open")
+            changes: dict[str, Any] = {"binds": [*spec.binds, *binds]}
+            if output.layer is not None:  # the run's filesystem, under a fresh layer
+                if not await asyncio.to_thread(os.path.isdir, output.layer):
+                    raise LayerLostError(
+                        f"the run's layer {output.layer} is gone (the node that ran the job "
+                        "holds it): the job runs again",
+                        layer=output.layer,
+                    )
+                changes.update(writable_root=True, lower_layers=[Path(output.layer)])
+            spec = spec.model_copy(update=changes)
             sandbox = await self.sandboxes.start(spec)
             try:
                 yield sandbox

@@ -20,6 +20,7 @@ from rollserve.pipeline.service import RolloutService
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord
+from rollserve.tasks.base import HasReferenceAgents
 
 _WAIT_S = 30.0
 
@@ -57,17 +58,27 @@ def read_tasks(path: Path) -> list[Task]:
     return [Task.model_validate_json(line) for line in file.read_text().splitlines() if line]
 
 
-def _requests(task: Task, gold_only: bool, run: str) -> dict[str, JobRequest]:
-    patches = {"gold": str(task.metadata["gold_patch"])}
-    if not gold_only:
-        patches["empty"] = ""
+def _agents(task: Task, handler: object) -> dict[str, AgentConfig] | None:
+    """The agents of the task's gold and empty runs: its kind's own, or the submit agent with
+    ``metadata.gold_patch`` and with nothing (None: the task has no gold patch)."""
+    if isinstance(handler, HasReferenceAgents):
+        return handler.reference_agents(task)
+    if not isinstance(task.metadata.get("gold_patch"), str):
+        return None
+    patches = {"gold": str(task.metadata["gold_patch"]), "empty": ""}
     return {
-        which: JobRequest(
-            job_id=f"validate:{run}:{task.task_id}:{which}",
-            task=task,
-            agent=AgentConfig.model_validate({"name": "submit", "submission": patch}),
-        )
+        which: AgentConfig.model_validate({"name": "submit", "submission": patch})
         for which, patch in patches.items()
+    }
+
+
+def _requests(
+    task: Task, agents: dict[str, AgentConfig], gold_only: bool, run: str
+) -> dict[str, JobRequest]:
+    return {
+        which: JobRequest(job_id=f"validate:{run}:{task.task_id}:{which}", task=task, agent=agent)
+        for which, agent in agents.items()
+        if which == "gold" or not gold_only
     }
 
 
@@ -102,15 +113,21 @@ async def validate_tasks(
     run = secrets.token_hex(4)  # a fresh job id per run: a kept job store never answers stale
     wanted: dict[str, tuple[str, str, float]] = {}
     requests: list[JobRequest] = []
+    plugins = default_plugins()
     for task in tasks:
-        if not isinstance(task.metadata.get("gold_patch"), str):
+        try:
+            agents = _agents(task, plugins.handlers.get(task.kind))
+        except RollserveError as exc:  # an unknown kind, fields its kind refuses
+            checks[task.task_id].reason = exc.message
+            continue
+        if agents is None:
             checks[task.task_id].reason = "no metadata.gold_patch to check"
             continue
-        for which, request in _requests(task, gold_only, run).items():
+        for which, request in _requests(task, agents, gold_only, run).items():
             assert request.job_id is not None
             wanted[request.job_id] = (task.task_id, which, 1.0 if which == "gold" else 0.0)
             requests.append(request)
-    service = RolloutService(settings, default_plugins())
+    service = RolloutService(settings, plugins)
 
     async def settle(job_id: str) -> None:
         record = await service.wait(job_id, _WAIT_S)

@@ -486,6 +486,11 @@ class SandboxInstance:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
         await asyncio.shield(self._begin_teardown())
 
+    @property
+    def has_layer(self) -> bool:
+        """Whether the sandbox has a writable root whose layer it can keep."""
+        return self._upper is not None
+
     async def close_keeping_layer(self, dest: Path) -> None:
         """Close the sandbox, its writable root's layer (what it wrote anywhere) moved to
         ``dest`` first: an evaluation sandbox lays it over the image (``lower_layers``).

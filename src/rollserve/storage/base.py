@@ -175,10 +175,12 @@ class JobStore(Protocol):
         *,
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
+        stay: bool = False,
     ) -> bool:
         """Hand the job to ``stage``, unleased; ``output`` is kept for the next stage. A job
-        handed to ``run`` is claimable only by the same owner (its sandbox is there). False:
-        a cancel came during the stage, and the job is now cancelled instead."""
+        handed to ``run`` is claimable only by the same owner (its sandbox is there), and so is
+        one handed on with ``stay`` (what the next stage needs is on that node: a kept layer).
+        False: a cancel came during the stage, and the job is now cancelled instead."""
         ...
 
     def finish(

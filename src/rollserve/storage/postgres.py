@@ -211,6 +211,7 @@ class PostgresJobStore(PgBrowsing):
         *,
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
+        stay: bool = False,
     ) -> bool:
         moved = self._one(
             f"WITH {_T}, moved AS (UPDATE jobs SET stage = %(stage)s, status = %(status)s,"
@@ -223,13 +224,13 @@ class PostgresJobStore(PgBrowsing):
             {
                 "stage": stage.value,
                 "status": STAGE_STATUS[stage].value,
-                "node": owner if stage == Stage.RUN else None,  # run needs init's sandbox
+                "node": owner if stage == Stage.RUN or stay else None,  # run: init's sandbox
                 "output": json_or_none(output),
                 "timing": Jsonb(timing or {}),
                 "id": job_id,
                 "owner": owner,
                 "channel": CHANNEL,
-                "announce": stage != Stage.RUN,  # run is claimed by this node only
+                "announce": stage != Stage.RUN and not stay,  # claimed by this node only
             },
         )
         if moved[0]["n"]:

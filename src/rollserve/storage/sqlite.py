@@ -166,6 +166,7 @@ class SqliteJobStore(SqliteBrowsing):
         *,
         output: dict[str, Any] | None = None,
         timing: dict[str, float] | None = None,
+        stay: bool = False,
     ) -> bool:
         with self._write() as db:
             now = self._clock()
@@ -174,7 +175,7 @@ class SqliteJobStore(SqliteBrowsing):
                 self._end_cancelled(db, row, now)
                 return False
             # The run stage needs the sandbox that init made: it stays on the owner's node.
-            node = owner if stage == Stage.RUN else None
+            node = owner if stage == Stage.RUN or stay else None
             db.execute(
                 "UPDATE jobs SET stage = ?, status = ?, lease_owner = NULL, lease_expires = NULL,"
                 " node = ?, stage_output = ?, timing = ?, updated = ? WHERE seq = ?",

@@ -5,19 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
-from rollserve.schema.jobs import ExitReason, Task
+from rollserve.schema.jobs import AgentConfig, ExitReason, Task
 from rollserve.schema.sandbox import SandboxSpec
 
 FieldsT = TypeVar("FieldsT", bound=BaseModel)
 
-# Opens a fresh sandbox of the task's spec for evaluation, closed when the block ends.
-SandboxOpener = Callable[[], AbstractAsyncContextManager[Sandbox]]
+# Opens a fresh sandbox of the task's spec for evaluation (with extra binds, where given),
+# closed when the block ends; over the run's kept layer where the run had a writable root.
+SandboxOpener = Callable[..., AbstractAsyncContextManager[Sandbox]]
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RunOutput:
     turn_log: list[dict[str, Any]] = field(default_factory=list)  # TurnLog, one per model turn
     segments: list[dict[str, Any]] = field(default_factory=list)  # Tokens, when more than one
     agent_run: dict[str, Any] | None = None  # AgentRun: the agent process, where one ran
+    layer: str | None = None  # what a writable-root sandbox wrote, kept for evaluation
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -48,6 +50,7 @@ class RunOutput:
             "turn_log": self.turn_log,
             "segments": self.segments,
             "agent_run": self.agent_run,
+            "layer": self.layer,
         }
 
     @classmethod
@@ -63,6 +66,7 @@ class RunOutput:
             turn_log=data.get("turn_log", []),
             segments=data.get("segments", []),
             agent_run=data.get("agent_run"),
+            layer=data.get("layer"),
         )
 
 
@@ -119,3 +123,20 @@ def kind_fields(model: type[FieldsT], task: Task) -> FieldsT:
         problem = exc.errors()[0]
         name = ".".join(str(p) for p in problem["loc"]) or "?"
         raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc
+
+
+@runtime_checkable
+class HasStageTimeouts(Protocol):
+    """A task kind whose tasks carry their own stage time limits (``init_s``, ``run_s``,
+    ``eval_s``), used where the job sets none."""
+
+    def stage_timeouts(self, task: Task) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class HasReferenceAgents(Protocol):
+    """A task kind that says how `tasks validate` checks a task: the agents of its ``gold``
+    run (full reward expected) and ``empty`` run (0 expected), instead of submitting
+    ``metadata.gold_patch`` and an empty submission."""
+
+    def reference_agents(self, task: Task) -> dict[str, AgentConfig]: ...

@@ -1,0 +1,92 @@
+"""The ``script`` agent: no model; one shell command run in the task's sandbox, as a reference
+solution is (a Harbor task's ``solution/solve.sh``). What it changes in the sandbox is what
+evaluation sees; its output is the episode's one message."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rollserve.agents.base import RunContext
+from rollserve.errors import InvalidInputError
+from rollserve.sandbox.base import Sandbox
+from rollserve.schema.jobs import AgentConfig, ExitReason
+from rollserve.schema.sandbox import Bind, SandboxSpec
+from rollserve.settings import Settings
+from rollserve.tasks.base import RunOutput
+
+_OUTPUT_KEPT = 16_000
+
+
+class ScriptSettings(BaseModel):
+    """The script agent's own fields of ``agent``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1, description="run with bash -c in the sandbox")
+    mount: Path | None = Field(None, description="a host directory bound read-only")
+    mount_at: str = Field("/solution", description="where ``mount`` appears in the sandbox")
+    timeout_s: float | None = Field(None, gt=0, description="the command at most")
+
+    @field_validator("mount")
+    @classmethod
+    def _mount(cls, value: Path | None) -> Path | None:
+        if value is not None and (not value.is_absolute() or not value.is_dir()):
+            raise ValueError(f"{value} is not an existing absolute directory")
+        return value
+
+    @field_validator("mount_at")
+    @classmethod
+    def _guest(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if not path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
+            raise ValueError(f"{value!r} must be an absolute path below / (no '..')")
+        return str(path)
+
+
+class ScriptAgent:
+    """``{"name": "script", "command": "bash /solution/solve.sh", "mount": DIR}``."""
+
+    name = "script"
+
+    def settings(self, config: AgentConfig) -> ScriptSettings:
+        """The agent's own fields; InvalidInputError naming the field if they are wrong."""
+        try:
+            return ScriptSettings.model_validate(config.model_extra or {})
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise InvalidInputError(
+                f"agent.{where}: {first['msg']}", field=f"agent.{where}"
+            ) from exc
+
+    def validate(self, config: AgentConfig) -> None:
+        self.settings(config)
+
+    def sandbox_spec(
+        self, config: AgentConfig, spec: SandboxSpec, settings: Settings
+    ) -> SandboxSpec:
+        own = self.settings(config)
+        if own.mount is None:
+            return spec
+        binds = [*spec.binds, Bind(source=own.mount, target=own.mount_at)]
+        return spec.model_copy(update={"binds": binds})
+
+    async def run(
+        self, sandbox: Sandbox | None, config: AgentConfig, context: RunContext
+    ) -> RunOutput:
+        own = self.settings(config)
+        if sandbox is None:
+            raise InvalidInputError(
+                "agent 'script' runs in the task's sandbox, and this task has none", field="agent"
+            )
+        result = await sandbox.exec(own.command, timeout=own.timeout_s)
+        output = (result.stdout + result.stderr)[-_OUTPUT_KEPT:]
+        status = "timed out" if result.timed_out else f"exit status {result.exit_code}"
+        messages = [
+            {"role": "user", "content": context.request.task.prompt},
+            {"role": "assistant", "content": f"$ {own.command}\n{output}\n[{status}]"},
+        ]
+        reason = ExitReason.TIMEOUT if result.timed_out else ExitReason.SUBMITTED
+        return RunOutput(exit_reason=reason, messages=messages)
