@@ -49,3 +49,6 @@ def harbor(tmp_path_factory: pytest.TempPathFactory) -> Harbor:
     reports = import_dirs([TASKS], tmp / "tasks", image)
     assert all(r.valid for r in reports), reports
     return Harbor(image=image, tasks_dir=tmp / "tasks", cache=tmp / "image-cache")
+
+
+from tests.integration.conftest import server_factory  # noqa: E402, F401  (a real server)

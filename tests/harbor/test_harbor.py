@@ -8,16 +8,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from rollserve.pipeline.plugins import default_plugins
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.tasks.harbor_import import import_dirs
+from rollserve.testing.scripted import ScriptedLLMServer
 from tests.cli.test_cli import ROLLSERVE
 from tests.harbor.conftest import SERVICE, SYSTEM_FILES, TASKS, Harbor
+from tests.integration.conftest import Server
 from tests.leaks import mounts_under
 from tests.swebench.conftest import run_jobs
 
@@ -29,8 +33,8 @@ def _tasks(harbor: Harbor) -> dict[str, Task]:
     return {t.task_id: t for t in (Task.model_validate_json(line) for line in lines)}
 
 
-def _script(task: Task, job_id: str, command: str) -> JobRequest:
-    agent = AgentConfig.model_validate({"name": "script", "command": command})
+def _command(task: Task, job_id: str, command: str) -> JobRequest:
+    agent = AgentConfig.model_validate({"name": "command", "command": command})
     return JobRequest(job_id=job_id, task=task, agent=agent)
 
 
@@ -111,10 +115,10 @@ async def test_the_verifier_sees_the_whole_filesystem_and_fresh_tests(
     solved, tampered, partial, service = await run_jobs(
         settings,
         [
-            _script(tasks[SYSTEM_FILES], "solved", solve),
-            _script(tasks[SYSTEM_FILES], "tampered", tamper),
-            _script(tasks[SYSTEM_FILES], "partial", half),
-            _script(
+            _command(tasks[SYSTEM_FILES], "solved", solve),
+            _command(tasks[SYSTEM_FILES], "tampered", tamper),
+            _command(tasks[SYSTEM_FILES], "partial", half),
+            _command(
                 tasks[SERVICE], "service", "printf 'port=8089\\nreply=pong\\n' > /etc/svc.conf"
             ),
         ],
@@ -143,7 +147,7 @@ async def test_the_reward_file_missing_scores_zero_with_the_reason(
     broken = Task.model_validate(
         {**task.model_dump(mode="json"), "task_dir": str(_copy_without_reward(tmp_path))}
     )
-    [record] = await run_jobs(harbor.settings(tmp_path), [_script(broken, "broken", "true")])
+    [record] = await run_jobs(harbor.settings(tmp_path), [_command(broken, "broken", "true")])
     assert record.result is not None
     assert record.result["reward"] == 0.0
     assert "test.sh wrote no reward" in record.result["evaluation"]["reason"]
@@ -164,6 +168,42 @@ async def test_a_harbor_task_on_apptainer_is_refused_by_name(
     body = task.model_dump(mode="json")
     body["sandbox"]["backend"] = backend
     settings = harbor.settings(tmp_path, max_attempts=1)
-    [record] = await run_jobs(settings, [_script(Task.model_validate(body), "app", "true")])
+    [record] = await run_jobs(settings, [_command(Task.model_validate(body), "app", "true")])
     assert record.status.value == "failed" and record.error is not None
     assert "run such tasks on bwrap" in record.error["message"]
+
+
+def test_a_scripted_agent_does_the_task_through_the_server(
+    server_factory: Callable[..., Server], harbor: Harbor
+) -> None:
+    # The tool agent, driven by the scripted model server, works anywhere in the filesystem:
+    # a shell command, the editor on a file outside the working directory, then submit.
+    task = _tasks(harbor)[SYSTEM_FILES]
+    greet = '#!/bin/sh\necho "hi $1"\n'
+    turns = [
+        _call("bash", command="pwd && echo 'hello from rollserve' > /etc/motd"),
+        _call("editor", command="create", path="/opt/greeting/bin/greet", file_text=greet),
+        _call("bash", command="chmod +x /opt/greeting/bin/greet && greet() { :; }"),
+        _call("submit"),
+    ]
+    server = server_factory(image_cache_dir=str(harbor.cache))
+    server.start()
+    with (
+        ScriptedLLMServer(turns, native_tool_calls=True) as llm,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):
+        spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
+        assert http.post("/v1/llm/backends", json=spec).status_code == 201
+        request = {"task": task.model_dump(mode="json"), "model": "scripted"}
+        job_id = http.post("/v1/jobs", json=request).json()["job_id"]
+        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 300}).json()
+    assert done["status"] == "completed", done
+    result = done["result"]
+    assert result["reward"] == 1.0, result["evaluation"]
+    assert result["exit_reason"] == "submitted"
+    assert "/app" in json.dumps(result["messages"])  # the shell started in the WORKDIR
+    assert result["patch"] is None  # the filesystem is the outcome, not a diff
+
+
+def _call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}

@@ -17,8 +17,8 @@ from tests.leaks import mounts_under
 
 AGENT = (
     "set -e; echo made > /etc/agent-made; mkdir -p /opt/x && echo y > /opt/x/y; "
-    "rm /etc/debian_version; echo more >> /testbed/README; echo t > /tmp/t; mkdir -p /root; echo r > /root/r; "
-    "pwd"
+    "rm /etc/debian_version; echo more >> /testbed/README; echo t > /tmp/t; "
+    "mkdir -p /root; echo r > /root/r; pwd"
 )
 CHECK = (
     "cat /etc/agent-made /opt/x/y /tmp/t /root/r; test ! -e /etc/debian_version && echo gone; "

@@ -202,7 +202,7 @@ async def test_bad_requests_are_refused_before_queueing(
     pipeline_factory: Callable[..., Any],
 ) -> None:
     async with pipeline_factory() as pipe:
-        with pytest.raises(UnknownNameError, match="known: code, echo, lookup, math, swe"):
+        with pytest.raises(UnknownNameError, match="known: code, echo, harbor, lookup, math, swe"):
             pipe.submit(JobRequest.model_validate({"task": {"task_id": "x", "kind": "nope"}}))
         with pytest.raises(InvalidInputError, match="'commands'"):
             pipe.submit(

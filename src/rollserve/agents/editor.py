@@ -199,15 +199,17 @@ class Editor:
         return f"Undid the last edit of {target.guest}: {done} ({len(history)} more to undo)."
 
     async def _resolve(self, path: str) -> _Target:
-        """The path in the sandbox, or a refusal when it leads out of the workspace."""
-        root = self.sandbox.guest_workspace
+        """The path in the sandbox (a relative one from the workspace), or a refusal when it
+        leads out of the workspace; a writable root's sandbox may edit anywhere."""
+        base = self.sandbox.guest_workspace
+        root = "/" if getattr(self.sandbox, "has_layer", False) else base
         if "\0" in path:
             raise InvalidInputError(f"the path {path!r} contains a NUL byte")
         # U+DC80..U+DCFF stand for the bytes of a file name that is not UTF-8; other
         # surrogates stand for nothing a file name can hold.
         if any(not "\udc80" <= char <= "\udcff" for char in _SURROGATE.findall(path)):
             raise InvalidInputError(f"the path {path!r} contains a lone surrogate")
-        guest = posixpath.normpath(posixpath.join(root, path.strip()))
+        guest = posixpath.normpath(posixpath.join(base, path.strip()))
         outside = InvalidInputError(f"{path} is outside the workspace ({root})")
         if not _within(guest, root):
             raise outside

@@ -163,8 +163,14 @@ class Toolbox:
         answer = arguments.get("answer")
         if answer is not None and not isinstance(answer, str):
             answer = json.dumps(answer)
-        if answer is None and self.sandbox is not None:
-            answer = await self.sandbox.diff()  # a repository task: the workspace's changes
+        # A repository task: the workspace's changes. A writable root's whole filesystem is
+        # the outcome (kept as its layer), no diff.
+        if (
+            answer is None
+            and self.sandbox is not None
+            and not getattr(self.sandbox, "has_layer", False)
+        ):
+            answer = await self.sandbox.diff()
         return ToolOutcome("submitted", submitted=True, submission=answer)
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rollserve.agents.base import Agent
+from rollserve.agents.command import CommandAgent
 from rollserve.agents.external import ExternalAgent
 from rollserve.agents.harness import HarnessAgent
-from rollserve.agents.script import ScriptAgent
 from rollserve.agents.submit import SubmitAgent
 from rollserve.agents.tool import ToolAgent
 from rollserve.llm.parsers import default_parsers
@@ -35,5 +35,5 @@ def default_plugins() -> Plugins:
     agents.register(ToolAgent.name, ToolAgent(parsers))
     agents.register(ExternalAgent.name, ExternalAgent(parsers))
     agents.register(HarnessAgent.name, HarnessAgent(parsers))
-    agents.register(ScriptAgent.name, ScriptAgent())
+    agents.register(CommandAgent.name, CommandAgent())
     return Plugins(handlers=handlers, agents=agents, parsers=parsers)

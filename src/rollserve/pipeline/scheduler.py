@@ -42,7 +42,7 @@ from rollserve.pipeline.events import turn_recorder
 from rollserve.pipeline.figures import Figures
 from rollserve.pipeline.fleet import node_alive, node_name, owner_id
 from rollserve.pipeline.room import DataDirRoom
-from rollserve.pipeline.stages import StageRunner, stage_timeout
+from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
 from rollserve.settings import Settings
@@ -74,9 +74,8 @@ class Scheduler:
         self._held: dict[str, SandboxInstance | None] = {}  # init → run handoff, this node
         self._closing: dict[str, SandboxInstance] = {}  # sandboxes whose close is under way
         self._active: dict[str, asyncio.Task[Any]] = {}
-        # The stage each job of this node is at work on, until it is handed back to the store
-        # (advanced, requeued, finished): a claim of such a job for that stage is this node's
-        # own lapsed lease (the store did not answer for a while), not new work.
+        # The stage each job of this node is at work on until handed back to the store: a claim
+        # of such a job for that stage is this node's own lapsed lease, not new work.
         self._working: dict[str, Stage] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
@@ -381,7 +380,7 @@ class Scheduler:
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
         await self.runner.admitted(request)  # a pause may hold new jobs of its model
         started = time.monotonic()
-        async with asyncio.timeout(self._timeout(request, "init_s", self.settings.init_timeout_s)):
+        async with asyncio.timeout(self.runner.timeout(request, "init_s")):
             sandbox = await self.runner.init(request)
         self._held[job.job_id] = sandbox
         queued = max(0.0, time.time() - job.created - (time.monotonic() - started))
@@ -411,7 +410,7 @@ class Scheduler:
                 job.job_id,
                 request,
                 sandbox,
-                self._timeout(request, "run_s", self.settings.run_timeout_s),
+                self.runner.timeout(request, "run_s"),
                 on_turn=turn_recorder(self.store, job),
             )
         finally:
@@ -446,7 +445,7 @@ class Scheduler:
         evaluate: bool,
         started: float | None = None,
     ) -> None:
-        limit = self._timeout(request, "eval_s", self.settings.eval_timeout_s)
+        limit = self.runner.timeout(request, "eval_s")
         if evaluate:
             begun = started or time.monotonic()
             try:
@@ -470,10 +469,6 @@ class Scheduler:
         await self.runner.layers.drop(job.job_id)
         self.figures.job_ended(JobStatus.COMPLETED.value, str(output.exit_reason))
 
-    def _timeout(self, request: JobRequest, name: str, default: float) -> float:
-        handler = self.runner.plugins.handlers.get(request.task.kind)
-        return stage_timeout(request, name, default, handler)
-
     async def _infrastructure_failure(
         self, stage: Stage, job: JobRecord, exc: RollserveError
     ) -> None:
@@ -486,8 +481,7 @@ class Scheduler:
             await self._fail(job, exc)
             return
         log.warning("job %s attempt %d: %s; retrying", job.job_id, job.attempts, exc.message)
-        # An evaluation is retried from the run's stored output, unless what it needs is gone.
-        lost = isinstance(exc, LayerLostError)
+        lost = isinstance(exc, LayerLostError)  # an evaluation whose run's layer is gone
         retry = Stage.EVAL if stage == Stage.EVAL and not lost else Stage.INIT
         delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
         self._working.pop(job.job_id, None)  # back in a stage it may have been in: new work

@@ -97,6 +97,13 @@ class StageRunner:
         self.gateway = gateway if gateway is not None else Gateway()
         self.layers = Layers(settings.data_dir)
 
+    def timeout(self, request: JobRequest, name: str) -> float:
+        """The job's limit for a stage (``init_s``, ``run_s``, ``eval_s``; see
+        ``stage_timeout``), the server's setting by default."""
+        default = getattr(self.settings, name.removesuffix("_s") + "_timeout_s")
+        handler = self.plugins.handlers.get(request.task.kind)
+        return stage_timeout(request, name, float(default), handler)
+
     async def init(self, request: JobRequest) -> SandboxInstance | None:
         handler = self.plugins.handlers.get(request.task.kind)
         spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))

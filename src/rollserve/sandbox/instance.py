@@ -73,7 +73,8 @@ class SandboxInstance:
         layout = layout or Layout("bind")
         self.workspace_mode = layout.how  # bind, copy or overlay
         self._holder = layout.holder
-        self._upper = layout.upper  # what an overlay's sandbox wrote
+        self._upper = layout.upper  # what a writable root's sandbox wrote
+        self.has_layer = self._upper is not None  # a layer it can keep when it closes
         self._keep: Path | None = None  # where that goes when it closes
         self._kept: str | None = None  # why keeping it failed
         # rollserve's own way to the workspace: through the holder where the mounts are its
@@ -486,15 +487,9 @@ class SandboxInstance:
         # Shielded: a caller cancelled mid-close must not leave the sandbox half removed.
         await asyncio.shield(self._begin_teardown())
 
-    @property
-    def has_layer(self) -> bool:
-        """Whether the sandbox has a writable root whose layer it can keep."""
-        return self._upper is not None
-
     async def close_keeping_layer(self, dest: Path) -> None:
         """Close the sandbox, its writable root's layer (what it wrote anywhere) moved to
-        ``dest`` first: an evaluation sandbox lays it over the image (``lower_layers``).
-        InfrastructureError when it cannot be kept."""
+        ``dest`` first, for a later sandbox's ``lower_layers``; InfrastructureError if not."""
         if self._upper is None:
             raise InvalidInputError(f"sandbox {self.id} has no layer to keep (no overlay)")
         if self._teardown is not None:

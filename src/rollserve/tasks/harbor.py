@@ -104,7 +104,7 @@ class HarborHandler:
         solution = fields.task_dir / "solution"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in fields.solution_env.items())
         command = f"{env} bash /solution/solve.sh".strip()
-        gold = {"name": "script", "command": command, "mount": str(solution)}
+        gold = {"name": "command", "command": command, "mount": str(solution)}
         empty = {"name": "submit", "submission": ""}
         return {
             "gold": AgentConfig.model_validate(gold),

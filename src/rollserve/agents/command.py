@@ -1,4 +1,4 @@
-"""The ``script`` agent: no model; one shell command run in the task's sandbox, as a reference
+"""The ``command`` agent: no model; one shell command run in the task's sandbox, as a reference
 solution is (a Harbor task's ``solution/solve.sh``). What it changes in the sandbox is what
 evaluation sees; its output is the episode's one message."""
 
@@ -19,8 +19,8 @@ from rollserve.tasks.base import RunOutput
 _OUTPUT_KEPT = 16_000
 
 
-class ScriptSettings(BaseModel):
-    """The script agent's own fields of ``agent``."""
+class CommandSettings(BaseModel):
+    """The command agent's own fields of ``agent``."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -45,15 +45,15 @@ class ScriptSettings(BaseModel):
         return str(path)
 
 
-class ScriptAgent:
-    """``{"name": "script", "command": "bash /solution/solve.sh", "mount": DIR}``."""
+class CommandAgent:
+    """``{"name": "command", "command": "bash /solution/solve.sh", "mount": DIR}``."""
 
-    name = "script"
+    name = "command"
 
-    def settings(self, config: AgentConfig) -> ScriptSettings:
+    def settings(self, config: AgentConfig) -> CommandSettings:
         """The agent's own fields; InvalidInputError naming the field if they are wrong."""
         try:
-            return ScriptSettings.model_validate(config.model_extra or {})
+            return CommandSettings.model_validate(config.model_extra or {})
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
@@ -79,7 +79,7 @@ class ScriptAgent:
         own = self.settings(config)
         if sandbox is None:
             raise InvalidInputError(
-                "agent 'script' runs in the task's sandbox, and this task has none", field="agent"
+                "agent 'command' runs in the task's sandbox, and this task has none", field="agent"
             )
         result = await sandbox.exec(own.command, timeout=own.timeout_s)
         output = (result.stdout + result.stderr)[-_OUTPUT_KEPT:]
