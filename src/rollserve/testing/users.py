@@ -53,11 +53,14 @@ def ensure_user(name: str) -> User:
 
 
 def needed_paths() -> list[Path]:
-    """What a rollserve process needs to read: the interpreter's prefix, the environment's,
-    and the rollserve package (its checkout, for an editable install)."""
+    """What a rollserve process needs to read: the interpreter's prefix (with pyenv, every
+    version beside it: SWE-bench images copy an older CPython in), the environment's, and
+    the rollserve package (its checkout, for an editable install)."""
     package = Path(rollserve.__file__).resolve().parent
     checkout = package.parents[1] if package.parent.name == "src" else package
-    paths = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), checkout}
+    prefix = Path(sys.base_prefix).resolve()
+    interpreters = prefix.parent if prefix.parent.name == "versions" else prefix
+    paths = {interpreters, Path(sys.prefix).resolve(), checkout}
     # Only the outermost of nested paths is bound.
     return sorted(p for p in paths if not any(q in p.parents for q in paths))
 
