@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from rollserve.pipeline.plugins import default_plugins
+from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.tasks.harbor_import import import_dirs
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.cli.test_cli import ROLLSERVE
+from tests.conformance.conftest import require
 from tests.harbor.conftest import SERVICE, SYSTEM_FILES, TASKS, Harbor
 from tests.integration.conftest import Server
 from tests.leaks import mounts_under
@@ -160,17 +161,17 @@ def _copy_without_reward(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.mark.parametrize("backend", ["apptainer"])
-async def test_a_harbor_task_on_apptainer_is_refused_by_name(
-    harbor: Harbor, tmp_path: Path, backend: str
-) -> None:
+async def test_a_harbor_task_runs_on_apptainer_too(harbor: Harbor, tmp_path: Path) -> None:
+    settings = harbor.settings(tmp_path)
+    require(SandboxManager(settings), "apptainer")
     task = _tasks(harbor)[SYSTEM_FILES]
     body = task.model_dump(mode="json")
-    body["sandbox"]["backend"] = backend
-    settings = harbor.settings(tmp_path, max_attempts=1)
-    [record] = await run_jobs(settings, [_command(Task.model_validate(body), "app", "true")])
-    assert record.status.value == "failed" and record.error is not None
-    assert "run such tasks on bwrap" in record.error["message"]
+    body["sandbox"]["backend"] = "apptainer"
+    solve = (TASKS / "system-files" / "solution" / "solve.sh").read_text()
+    [record] = await run_jobs(settings, [_command(Task.model_validate(body), "app", solve)])
+    assert record.result is not None, record.error
+    assert record.result["reward"] == 1.0, record.result["evaluation"]
+    assert list(settings.state_dir.iterdir()) == []
 
 
 def test_a_scripted_agent_does_the_task_through_the_server(

@@ -62,12 +62,6 @@ class ApptainerBackend:
         guest_workspace: str | None,
     ) -> Launcher:
         assert isinstance(spec, ApptainerSpec)
-        if spec.writable_root:
-            raise InvalidInputError(
-                "the apptainer backend has no writable root (a whole-filesystem layer): "
-                "run such tasks on bwrap",
-                backend=self.name,
-            )
         binary = self._binary()
         if binary is None:
             raise BackendUnavailableError(self.availability().reason, backend=self.name)
@@ -89,7 +83,8 @@ class ApptainerBackend:
             "--containall",
             "--no-home",
             "--cleanenv",
-            "--writable-tmpfs",
+            # A writable root: the sandbox's own overlay of the image is the container itself
+            "--writable" if spec.writable_root else "--writable-tmpfs",
             "--no-mount",
             "cwd",
             # Root in the container is the host's root when rollserve runs as root (--userns
@@ -101,8 +96,7 @@ class ApptainerBackend:
             "--no-mount",
             "sys",
             *_read_only_proc(),
-            "--bind",
-            f"{workspace}:{guest}",
+            *([] if spec.writable_root else ["--bind", f"{workspace}:{guest}"]),
             "--pwd",
             guest,
         ]
@@ -120,7 +114,7 @@ class ApptainerBackend:
             spec.env, home="/root", image=image.config.env, path_prepend=spec.path_prepend
         ).items():
             args += ["--env", f"{key}={value}"]
-        args.append(str(image.path))
+        args.append(str(workspace if spec.writable_root else image.path))
         # Apptainer's scratch (an extracted SIF) goes under the sandbox's own directory, so
         # that it is removed with the sandbox even when apptainer is killed mid-way.
         scratch = workspace.parent / "apptainer-tmp"

@@ -9,6 +9,7 @@ the sandbox instead, where the symlink resolves inside the sandbox's own view.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -53,6 +54,10 @@ def _open_beneath(root: Path, rel: PurePosixPath, flags: int, *, mkdirs: bool) -
             os.close(fd)
             fd = nxt
         flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        if flags & os.O_DIRECTORY:  # a directory to make (or find)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(rel.parts[-1], 0o755, dir_fd=fd)
+            return os.open(rel.parts[-1], _DIR_FLAGS, dir_fd=fd)
         return os.open(rel.parts[-1], flags, 0o644, dir_fd=fd)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -60,6 +65,13 @@ def _open_beneath(root: Path, rel: PurePosixPath, flags: int, *, mkdirs: bool) -
         raise SandboxPathError(f"cannot open {rel}: {exc.strerror}", path=str(rel)) from exc
     finally:
         os.close(fd)
+
+
+def mount_point_beneath(root: Path, rel: PurePosixPath, directory: bool) -> None:
+    """Make ``root/rel`` (a directory, or an empty file) where a bind will land, with its
+    parents, never following a symlink; one that exists is left as it is."""
+    flags = os.O_DIRECTORY if directory else os.O_WRONLY | os.O_CREAT
+    os.close(_open_beneath(root, rel, flags, mkdirs=True))
 
 
 def _regular(fd: int, rel: PurePosixPath) -> os.stat_result:

@@ -20,11 +20,11 @@ from rollserve.errors import (
 )
 from rollserve.images import ImageStore, RunnableImage
 from rollserve.registry import Registry
-from rollserve.sandbox import quota, state
+from rollserve.sandbox import files, quota, state
 from rollserve.sandbox.apptainer import ApptainerBackend
 from rollserve.sandbox.base import GUEST_WORKSPACE, Availability, SandboxBackend
 from rollserve.sandbox.bwrap import BwrapBackend
-from rollserve.sandbox.env import run_dir_of
+from rollserve.sandbox.env import guest_binds, run_dir_of
 from rollserve.sandbox.instance import SandboxInstance
 from rollserve.sandbox.limits import Cgroup, CgroupPlace
 from rollserve.sandbox.local import LocalBackend
@@ -205,6 +205,8 @@ class SandboxManager:
                     keepable=True,
                 )
                 guest = guest or "/"  # where the shell starts; its files are the whole root
+                view = layout.holder.host_path(workspace) if layout.holder else workspace
+                await asyncio.to_thread(_mount_points, view, spec, workspace)
             elif guest is not None and guest != GUEST_WORKSPACE:
                 if image is None or image.kind != "dir":
                     raise InvalidInputError(
@@ -232,7 +234,7 @@ class SandboxManager:
                     layout = Layout("copy")
             launcher = backend.launcher(spec, workspace, image=image, guest_workspace=guest)
             # rollserve's view of the guest workspace: inside the root where that is writable
-            files = workspace / guest.lstrip("/") if spec.writable_root and guest else workspace
+            seen_at = workspace / guest.lstrip("/") if spec.writable_root and guest else workspace
             if launcher.contained and not record.contained:
                 record.contained = True
                 await asyncio.to_thread(record.save)
@@ -240,7 +242,7 @@ class SandboxManager:
                 record=record,
                 launcher=launcher,
                 limits=spec.limits,
-                workspace=files,
+                workspace=seen_at,
                 template=template,
                 cgroup=cgroup,
                 on_close=self._forget,
@@ -339,6 +341,16 @@ def _workdir(image: RunnableImage) -> str | None:
         return check_guest_workspace(image.config.workdir)
     except ValueError:
         return None
+
+
+def _mount_points(root: Path, spec: SandboxSpec, workspace: Path) -> None:
+    """Where the spec's binds land inside a writable root, made beforehand: a backend that
+    runs the root itself as its container (Apptainer's ``--writable``) makes none."""
+    for source, target, _ in guest_binds(spec, workspace):
+        rel = PurePosixPath(target).relative_to("/")
+        files.mount_point_beneath(root, rel, directory=source.is_dir())
+    for mount in spec.mounts:
+        files.mount_point_beneath(root, PurePosixPath(str(mount)).relative_to("/"), True)
 
 
 def _layers(layers: list[Path]) -> list[Path]:
