@@ -232,4 +232,11 @@ def test_bench_images_measures_the_same_images_as_root_and_as_an_ordinary_user()
         (u, m) for u in ("root", user) for m in ("overlay", "copy")
     }
     assert report["conversions"] == 1
+    # a writable root, keeping its layer and a start over it, for each user
+    layers = {(f["user"], f["backend"]): f for f in report["layers"]}
+    assert set(layers) == {("root", "bwrap"), (user, "bwrap")}
+    for figures in layers.values():
+        assert figures["n"] == 3 and figures["written_mb"] == 10
+        assert min(figures["start_p50_ms"], figures["keep_p50_ms"]) > 0
+        assert figures["start_over_layer_p50_ms"] > 0
     assert pwd.getpwnam(user).pw_uid != 0

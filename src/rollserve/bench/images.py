@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from rollserve.bench.layers import layer_figures
 from rollserve.bench.startup import time_start
 from rollserve.bench.stats import quantile, running_user
 from rollserve.errors import InvalidInputError, SandboxStartError
@@ -192,6 +193,7 @@ async def bench_images(
             )
             result.results += other.results
             result.workspace += other.workspace
+            result.layers += other.layers
     return result
 
 
@@ -224,6 +226,16 @@ async def _figures(
                 results.append(
                     await _kind_figures(settings, backend, kind, refs[kind], files, starts, cache)
                 )
+    layers = [
+        await layer_figures(
+            settings.model_copy(update={"image_cache_dir": work / f"cache-layers-{backend}"}),
+            backend,
+            refs["oci-archive"],
+            work,
+            starts,
+        )
+        for backend in usable
+    ]
     shared = settings.model_copy(update={"image_cache_dir": work / "cache-concurrent"})
     async with SandboxManager(shared) as manager:
         backend = usable[0]
@@ -245,6 +257,7 @@ async def _figures(
     return ImagesBenchResult(
         results=results,
         workspace=workspace,
+        layers=layers,
         concurrent_first_uses=concurrent,
         conversions=conversions,
         concurrent_seconds=round(seconds, 2),

@@ -165,6 +165,12 @@ def bench_images_cmd(
     console.print(images_table(result))
     for w in result.workspace:
         console.print(f"writable /testbed by {w.mode}: {w.p50_ms:.1f} ms p50 ({w.files} files)")
+    for lf in result.layers:
+        console.print(
+            f"writable root on {lf.backend} ({lf.user}): start {lf.start_p50_ms:.1f} ms, keep "
+            f"its layer ({lf.written_mb} MB) {lf.keep_p50_ms:.1f} ms, start over it "
+            f"{lf.start_over_layer_p50_ms:.1f} ms (p50)"
+        )
     console.print(
         f"{result.concurrent_first_uses} concurrent first uses: {result.conversions} "
         f"conversion(s) in {result.concurrent_seconds:.1f}s"

@@ -191,6 +191,21 @@ class WorkspaceFigures(BaseModel):
     n: int
 
 
+class LayerFigures(BaseModel):
+    """A writable root (start to first command), the close that keeps its layer with
+    ``written_mb`` written, and a start over that layer (to first command)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user: str
+    backend: str
+    written_mb: int
+    start_p50_ms: float
+    keep_p50_ms: float
+    start_over_layer_p50_ms: float
+    n: int
+
+
 class ImagesBenchResult(BaseModel):
     """``rollserve bench images``: per image kind and backend, and one new image wanted by
     many jobs at once (``conversions`` should be 1)."""
@@ -199,6 +214,7 @@ class ImagesBenchResult(BaseModel):
 
     results: list[ImageStartFigures]
     workspace: list[WorkspaceFigures]
+    layers: list[LayerFigures] = Field(default_factory=list)
     concurrent_first_uses: int
     conversions: int
     concurrent_seconds: float
