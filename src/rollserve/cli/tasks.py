@@ -142,7 +142,7 @@ def import_harbor_cmd(
 def validate_cmd(
     tasks: Annotated[Path, typer.Argument(help="a task directory (DIR/tasks.jsonl) or JSONL file")],
     gold: Annotated[
-        bool, typer.Option("--gold", help="only the gold patches (skip the empty-patch check)")
+        bool, typer.Option("--gold", help="only the gold runs (skip the empty-run check)")
     ] = False,
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="tasks set up and evaluated at a time")
@@ -151,8 +151,9 @@ def validate_cmd(
         Path | None, typer.Option("--data-dir", help="state directory (job store, sandboxes)")
     ] = None,
 ) -> None:
-    """Run every task's gold patch (expect reward 1) and an empty patch (expect 0) through the
-    pipeline; writes validation.json beside the tasks; exit code 0 iff every task is valid."""
+    """Run every task's gold run (its gold patch; a Harbor task's solution/solve.sh: expect
+    reward 1) and an empty run (expect 0) through the pipeline; writes validation.json beside
+    the tasks; exit code 0 iff every task is valid."""
     started = time.time()
     listed = read_tasks(tasks)
     with tempfile.TemporaryDirectory(prefix="rollserve-validate-") as scratch:
