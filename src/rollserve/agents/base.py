@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rollserve.errors import InvalidInputError
 from rollserve.gateway.base import Gateway
 from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
@@ -97,3 +101,33 @@ class Agent(Protocol):
     async def run(
         self, sandbox: Sandbox | None, config: AgentConfig, context: RunContext
     ) -> RunOutput: ...
+
+
+FieldsT = TypeVar("FieldsT", bound=BaseModel)
+
+
+def agent_fields(model: type[FieldsT], config: AgentConfig) -> FieldsT:
+    """An agent's own fields of ``agent`` as ``model``; InvalidInputError naming the field
+    when they are wrong."""
+    try:
+        return model.model_validate(config.model_extra or {})
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        name = ".".join(str(p) for p in problem["loc"]) or "?"
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        raise InvalidInputError(f"agent.{name}: {message}", field=f"agent.{name}") from exc
+
+
+class MountFields(BaseModel):
+    """An agent's host directory bound read-only into its sandbox (its code, a solution)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mount: Path | None = Field(None, description="a host directory bound read-only")
+
+    @field_validator("mount")
+    @classmethod
+    def _mount(cls, value: Path | None) -> Path | None:
+        if value is not None and (not value.is_absolute() or not value.is_dir()):
+            raise ValueError(f"{value} is not an existing absolute directory")
+        return value

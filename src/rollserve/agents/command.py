@@ -4,11 +4,11 @@ evaluation sees; its output is the episode's one message."""
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from rollserve.agents.base import RunContext
+from rollserve.agents.base import MountFields, RunContext, agent_fields
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason
@@ -19,22 +19,12 @@ from rollserve.tasks.base import RunOutput
 _OUTPUT_KEPT = 16_000
 
 
-class CommandSettings(BaseModel):
+class CommandSettings(MountFields):
     """The command agent's own fields of ``agent``."""
 
-    model_config = ConfigDict(extra="forbid")
-
     command: str = Field(min_length=1, description="run with bash -c in the sandbox")
-    mount: Path | None = Field(None, description="a host directory bound read-only")
     mount_at: str = Field("/solution", description="where ``mount`` appears in the sandbox")
     timeout_s: float | None = Field(None, gt=0, description="the command at most")
-
-    @field_validator("mount")
-    @classmethod
-    def _mount(cls, value: Path | None) -> Path | None:
-        if value is not None and (not value.is_absolute() or not value.is_dir()):
-            raise ValueError(f"{value} is not an existing absolute directory")
-        return value
 
     @field_validator("mount_at")
     @classmethod
@@ -52,14 +42,7 @@ class CommandAgent:
 
     def settings(self, config: AgentConfig) -> CommandSettings:
         """The agent's own fields; InvalidInputError naming the field if they are wrong."""
-        try:
-            return CommandSettings.model_validate(config.model_extra or {})
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InvalidInputError(
-                f"agent.{where}: {first['msg']}", field=f"agent.{where}"
-            ) from exc
+        return agent_fields(CommandSettings, config)
 
     def validate(self, config: AgentConfig) -> None:
         self.settings(config)

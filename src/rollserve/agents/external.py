@@ -12,9 +12,9 @@ import asyncio
 import time
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from rollserve.agents.base import RunContext
+from rollserve.agents.base import MountFields, RunContext, agent_fields
 from rollserve.agents.gateway_run import GatewayRun, default_submission
 from rollserve.errors import InvalidInputError
 from rollserve.gateway.relay import RELAY_IN_SANDBOX, SOCKET_IN_SANDBOX, relay_binary
@@ -32,28 +32,16 @@ _PROMPT_ENV_MAX = 65536  # a longer prompt is in the task file only (one variabl
 _ANSWER_MAX = 1024 * 1024
 
 
-class ExternalSettings(BaseModel):
+class ExternalSettings(MountFields):
     """The external agent's own fields of ``agent``."""
-
-    model_config = ConfigDict(extra="forbid")
 
     command: list[str] = Field(min_length=1, description="the agent's argv, run in the sandbox")
     env: dict[str, str] = Field(default_factory=dict, description="added to its environment")
     cwd: str | None = Field(None, description="where it starts; default: the workspace")
-    mount: Path | None = Field(
-        None, description="a host directory (the agent's code and venv) bound read-only"
-    )
     mount_at: str = Field("/opt/agent", description="where ``mount`` appears in the sandbox")
     parser: str | None = Field(
         None, description="tool-call format of the model; default: the chat template's"
     )
-
-    @field_validator("mount")
-    @classmethod
-    def _mount(cls, value: Path | None) -> Path | None:
-        if value is not None and (not value.is_absolute() or not value.is_dir()):
-            raise ValueError(f"{value} is not an existing absolute directory")
-        return value
 
     @field_validator("mount_at", "cwd")
     @classmethod
@@ -72,14 +60,7 @@ class ExternalAgent:
         self.parsers = parsers
 
     def settings(self, config: AgentConfig) -> ExternalSettings:
-        try:
-            own = ExternalSettings.model_validate(config.model_extra or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            field = ".".join(str(p) for p in problem["loc"])
-            raise InvalidInputError(
-                f"agent.{field}: {problem['msg']}", field=f"agent.{field}"
-            ) from exc
+        own = agent_fields(ExternalSettings, config)
         if own.parser is not None:
             self.parsers.get(own.parser)
         return own

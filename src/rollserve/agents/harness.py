@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rollserve.agents.base import RunContext
+from rollserve.agents.base import RunContext, agent_fields
 from rollserve.agents.gateway_run import GatewayRun, default_submission
 from rollserve.errors import InvalidInputError
 from rollserve.gateway.sandbox import JobSandbox
@@ -71,15 +71,7 @@ class HarnessAgent:
         self.parsers = parsers
 
     def settings(self, config: AgentConfig) -> HarnessSettings:
-        try:
-            own = HarnessSettings.model_validate(config.model_extra or {})
-        except ValidationError as exc:
-            problem = exc.errors()[0]
-            field = ".".join(str(p) for p in problem["loc"])
-            raise InvalidInputError(
-                f"agent.{field}: {str(problem['msg']).removeprefix('Value error, ')}",
-                field=f"agent.{field}",
-            ) from exc
+        own = agent_fields(HarnessSettings, config)
         if own.parser is not None:
             self.parsers.get(own.parser)
         return own

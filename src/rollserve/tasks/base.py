@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -123,6 +124,15 @@ def kind_fields(model: type[FieldsT], task: Task) -> FieldsT:
         problem = exc.errors()[0]
         name = ".".join(str(p) for p in problem["loc"]) or "?"
         raise InvalidInputError(f"task.{name}: {problem['msg']}", field=f"task.{name}") from exc
+
+
+def jsonable(value: Any) -> bool:
+    """Whether ``value`` can go into a task as JSON (a row's column kept in its metadata)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @runtime_checkable

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import SandboxRef, Task
 from rollserve.schema.sandbox import SandboxLimits
+from rollserve.tasks.base import jsonable
 from rollserve.tasks.harbor import HarborHandler
 
 _PLACEHOLDERS = {"name", "dir"}
@@ -106,7 +107,7 @@ def harbor_task(folder: Path, template: str | None) -> tuple[Task, list[str]]:
     metadata = {
         "source": "harbor",
         "task_dir": str(folder),
-        **{k: v for k, v in _table(config, "metadata").items() if _jsonable(v)},
+        **{k: v for k, v in _table(config, "metadata").items() if jsonable(v)},
     }
     task = Task(
         task_id=name,
@@ -200,11 +201,3 @@ def _mb(environment: dict[str, Any], plain: str, sized: str) -> int | None:
     if match is None:
         raise ValueError(f"[environment] {sized} = {value!r} is not a size like '4G'")
     return max(1, round(float(match.group(1)) * _MB[match.group(2).upper()]))
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import SandboxRef, Task
+from rollserve.tasks.base import jsonable
 from rollserve.tasks.swebench import WORKSPACE, SwebenchHandler
 
 # SWE-bench's own image naming (its harness: ``sweb.eval.{arch}.{instance_id}``, with ``__``
@@ -125,7 +126,7 @@ def row_task(row: dict[str, Any], template: str) -> Task:
             repo=row["repo"],
             version=version or "",
         )
-    metadata = {k: v for k, v in row.items() if k not in _USED and _jsonable(v)}
+    metadata = {k: v for k, v in row.items() if k not in _USED and jsonable(v)}
     metadata["gold_patch"] = row["patch"]
     metadata["source"] = "swebench-row"
     fields: dict[str, Any] = {
@@ -168,14 +169,6 @@ def _graded(handler: SwebenchHandler, task: Task, pytest_fallback: bool) -> tupl
     spec, _ = handler.specs.lookup(extra["repo"], extra.get("version"))
     source = handler.specs.sources[spec.source]
     return task, f"swebench harness: rollserve's table ({source}) and {spec.parser}"
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def import_rows(
