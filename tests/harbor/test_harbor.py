@@ -12,17 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from rollserve.pipeline.plugins import default_plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.tasks.harbor_import import import_dirs
-from rollserve.testing.scripted import ScriptedLLMServer
 from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
 from tests.harbor.conftest import SERVICE, SYSTEM_FILES, TASKS, Harbor
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.leaks import mounts_under
 from tests.swebench.conftest import run_jobs
 
@@ -182,29 +179,17 @@ def test_a_scripted_agent_does_the_task_through_the_server(
     task = _tasks(harbor)[SYSTEM_FILES]
     greet = '#!/bin/sh\necho "hi $1"\n'
     turns = [
-        _call("bash", command="pwd && echo 'hello from rollserve' > /etc/motd"),
-        _call("editor", command="create", path="/opt/greeting/bin/greet", file_text=greet),
-        _call("bash", command="chmod +x /opt/greeting/bin/greet && greet() { :; }"),
-        _call("submit"),
+        tool_call("bash", command="pwd && echo 'hello from rollserve' > /etc/motd"),
+        tool_call("editor", command="create", path="/opt/greeting/bin/greet", file_text=greet),
+        tool_call("bash", command="chmod +x /opt/greeting/bin/greet && greet() { :; }"),
+        tool_call("submit"),
     ]
     server = server_factory(image_cache_dir=str(harbor.cache))
     server.start()
-    with (
-        ScriptedLLMServer(turns, native_tool_calls=True) as llm,
-        httpx.Client(base_url=server.url, timeout=60) as http,
-    ):
-        spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
-        assert http.post("/v1/llm/backends", json=spec).status_code == 201
-        request = {"task": task.model_dump(mode="json"), "model": "scripted"}
-        job_id = http.post("/v1/jobs", json=request).json()["job_id"]
-        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 300}).json()
+    done = scripted_job(server, turns, task, wait=300)
     assert done["status"] == "completed", done
     result = done["result"]
     assert result["reward"] == 1.0, result["evaluation"]
     assert result["exit_reason"] == "submitted"
     assert "/app" in json.dumps(result["messages"])  # the shell started in the WORKDIR
     assert result["patch"] is None  # the filesystem is the outcome, not a diff
-
-
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}

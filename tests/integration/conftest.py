@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from rollserve.client import wait_ready
+from rollserve.testing.scripted import ScriptedLLMServer
 from tests.servers import LlmServer, free_port
 
 ROOT = Path(__file__).parents[2]
@@ -109,3 +110,22 @@ def register_backend(server: Server, **spec: Any) -> dict[str, Any]:
     assert answer.status_code == 201, answer.text
     view: dict[str, Any] = answer.json()
     return view
+
+
+def scripted_job(server: Server, turns: list[dict[str, Any]], task: Any, wait: float) -> Any:
+    """One job of ``task`` (a Task) through ``server``, its model the scripted LLM server
+    answering ``turns`` with native tool calls; the job's view once it has ended."""
+    with (
+        ScriptedLLMServer(turns, native_tool_calls=True) as llm,
+        httpx.Client(base_url=server.url, timeout=60) as http,
+    ):
+        spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
+        assert http.post("/v1/llm/backends", json=spec).status_code == 201
+        request = {"task": task.model_dump(mode="json"), "model": "scripted"}
+        job_id = http.post("/v1/jobs", json=request).json()["job_id"]
+        return http.get(f"/v1/jobs/{job_id}", params={"wait": wait}).json()
+
+
+def tool_call(name: str, **arguments: Any) -> dict[str, Any]:
+    """A scripted model turn that calls tool ``name``."""
+    return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}

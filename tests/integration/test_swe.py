@@ -9,8 +9,7 @@ from typing import Any
 
 import httpx
 
-from rollserve.testing.scripted import ScriptedLLMServer
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.swe_tasks import BOLTONS, Prepared
 
 
@@ -57,33 +56,22 @@ def test_a_scripted_agent_fixes_a_shipped_task_with_bash_and_the_editor(
 ) -> None:
     task = prepared.tasks[BOLTONS]
 
-    def call(name: str, **arguments: Any) -> dict[str, Any]:
-        return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
-
     turns = [
-        call("bash", command="grep -n 'x2028' boltons/strutils.py"),
-        call("editor", command="view", path="boltons/strutils.py", view_range=[660, 668]),
-        call(
+        tool_call("bash", command="grep -n 'x2028' boltons/strutils.py"),
+        tool_call("editor", command="view", path="boltons/strutils.py", view_range=[660, 668]),
+        tool_call(
             "editor",
             command="str_replace",
             path="boltons/strutils.py",
             old_str=r"\x85|\x2028|\x2029",
             new_str=r"\x85|\u2028|\u2029",
         ),
-        call("bash", command="python -m pytest -q -p no:cacheprovider tests/test_strutils.py"),
-        call("submit"),
+        tool_call("bash", command="python -m pytest -q -p no:cacheprovider tests/test_strutils.py"),
+        tool_call("submit"),
     ]
     server = server_factory()
     server.start()
-    with (
-        ScriptedLLMServer(turns, native_tool_calls=True) as llm,
-        httpx.Client(base_url=server.url, timeout=60) as http,
-    ):
-        spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
-        assert http.post("/v1/llm/backends", json=spec).status_code == 201
-        request = {"task": task.model_dump(mode="json"), "model": "scripted"}
-        job_id = http.post("/v1/jobs", json=request).json()["job_id"]
-        [done] = _wait(http, [job_id])
+    done = scripted_job(server, turns, task, wait=120)
     assert done["status"] == "completed", done
     result = done["result"]
     tools = [m for m in result["messages"] if m["role"] == "tool"]

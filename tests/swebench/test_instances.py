@@ -10,18 +10,15 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from rollserve.pipeline.validation import validate_tasks
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
-from rollserve.testing.scripted import ScriptedLLMServer
 from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
-from tests.integration.conftest import Server
+from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.leaks import mounts_under
 from tests.swebench.conftest import (
     CLASSIC,
@@ -37,10 +34,6 @@ from tests.swebench.conftest import (
 WRITER_TESTS = "tests/unittest_pyreverse_writer.py"
 
 
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"content": "", "tool_calls": [{"name": name, "arguments": arguments}]}
-
-
 def _submit(task: Task, job_id: str, submission: str) -> JobRequest:
     agent = AgentConfig.model_validate({"name": "submit", "submission": submission})
     return JobRequest(job_id=job_id, task=task, agent=agent)
@@ -54,28 +47,20 @@ def test_a_scripted_agent_fixes_the_instance(
     task = instance.task()
     gold = task.metadata["gold_patch"]
     turns = [
-        _call("bash", command="pwd && git log --oneline | head -3 && which python"),
-        _call("bash", command="python -c 'from pylint.pyreverse.utils import get_annotation'"),
-        _call("editor", command="create", path="/testbed/fix.patch", file_text=gold),
-        _call("bash", command="git apply fix.patch && rm fix.patch && git status --short"),
-        _call("editor", command="view", path="pylint/pyreverse/utils.py", view_range=[1, 5]),
-        _call(
+        tool_call("bash", command="pwd && git log --oneline | head -3 && which python"),
+        tool_call("bash", command="python -c 'from pylint.pyreverse.utils import get_annotation'"),
+        tool_call("editor", command="create", path="/testbed/fix.patch", file_text=gold),
+        tool_call("bash", command="git apply fix.patch && rm fix.patch && git status --short"),
+        tool_call("editor", command="view", path="pylint/pyreverse/utils.py", view_range=[1, 5]),
+        tool_call(
             "bash",
             command="python -m pytest -q -p no:cacheprovider tests/unittest_pyreverse_writer.py",
         ),
-        _call("submit"),
+        tool_call("submit"),
     ]
     server = server_factory(default_sandbox_backend=backend, image_cache_dir=str(instance.cache))
     server.start()
-    with (
-        ScriptedLLMServer(turns, native_tool_calls=True) as llm,
-        httpx.Client(base_url=server.url, timeout=60) as http,
-    ):
-        spec = {"id": "s", "kind": "openai", "url": llm.url, "model": "scripted"}
-        assert http.post("/v1/llm/backends", json=spec).status_code == 201
-        request = {"task": task.model_dump(mode="json"), "model": "scripted"}
-        job_id = http.post("/v1/jobs", json=request).json()["job_id"]
-        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 600}).json()
+    done = scripted_job(server, turns, task, wait=600)
     assert done["status"] == "completed", done
     result = done["result"]
     tools = [m["content"] for m in result["messages"] if m["role"] == "tool"]
