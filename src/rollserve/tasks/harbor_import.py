@@ -90,6 +90,7 @@ def harbor_task(folder: Path, template: str | None) -> tuple[Task, list[str]]:
         notes.append(f"asks for {environment['gpus']} GPUs, which rollserve's sandboxes lack")
     if environment.get("cpus") is not None:
         notes.append(f"cpus = {environment['cpus']} is not enforced (no CPU limit)")
+    # Off unless the task turns it on (Harbor's own default is on; rollserve's is off).
     network = bool(environment.get("allow_internet", False)) or environment.get(
         "network_mode", "no-network"
     ) not in ("no-network", "none")
