@@ -6,8 +6,6 @@ the tests copied in afresh, and test.sh's reward (reward.txt or reward.json) is 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,12 +14,11 @@ from rollserve.pipeline.plugins import default_plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.tasks.harbor_import import import_dirs
-from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
 from tests.harbor.conftest import SERVICE, SYSTEM_FILES, TASKS, Harbor
 from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.leaks import mounts_under
-from tests.swebench.conftest import run_jobs
+from tests.swebench.conftest import run_jobs, validate_command
 
 CONFIGURE = "printf 'port=8089\\nreply=pong\\n' > /etc/svc.conf"
 
@@ -79,15 +76,7 @@ def test_directories_that_cannot_be_tasks_say_why(tmp_path: Path) -> None:
 
 
 def test_validate_runs_the_solution_and_nothing(harbor: Harbor, tmp_path: Path) -> None:
-    env = {**os.environ, "ROLLSERVE_IMAGE_CACHE_DIR": str(harbor.cache)}
-    done = subprocess.run(
-        [ROLLSERVE, "tasks", "validate", str(harbor.tasks_dir), "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    done = validate_command(harbor.tasks_dir, tmp_path, harbor.cache, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((harbor.tasks_dir / "validation.json").read_text())
     checks = {c["task_id"]: c for c in report["tasks"]}

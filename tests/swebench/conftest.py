@@ -7,6 +7,8 @@ session."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from rollserve.settings import Settings
 from rollserve.storage import JobRecord
 from rollserve.tasks.swebench_rows import import_rows
 from rollserve.testing.swebench_image import build_instance_image, load_recipe
+from tests.cli.test_cli import ROLLSERVE
 from tests.images.conftest import require_base_rootfs
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
@@ -91,6 +94,22 @@ async def run_jobs(settings: Settings, requests: list[JobRequest]) -> list[JobRe
         return records
     finally:
         await service.stop()
+
+
+def validate_command(
+    tasks_dir: Path, data_dir: Path, cache: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``rollserve tasks validate`` of ``tasks_dir`` in its own process, on image cache
+    ``cache``; its output."""
+    env = {**os.environ, "ROLLSERVE_IMAGE_CACHE_DIR": str(cache)}
+    return subprocess.run(
+        [ROLLSERVE, "tasks", "validate", str(tasks_dir), "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
 
 
 from tests.integration.conftest import server_factory  # noqa: E402, F401  (a real server)

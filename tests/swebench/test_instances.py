@@ -6,8 +6,6 @@ its eval script) graded by the harness through rollserve's table; the pytest fal
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,7 +14,6 @@ import pytest
 from rollserve.pipeline.validation import validate_tasks
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
-from tests.cli.test_cli import ROLLSERVE
 from tests.conformance.conftest import require
 from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.leaks import mounts_under
@@ -29,6 +26,7 @@ from tests.swebench.conftest import (
     SYMPY,
     Instance,
     run_jobs,
+    validate_command,
 )
 
 WRITER_TESTS = "tests/unittest_pyreverse_writer.py"
@@ -82,15 +80,7 @@ def test_a_scripted_agent_fixes_the_instance(
 
 
 def test_validate_the_shipped_rows_and_a_classic_twin(instance: Instance, tmp_path: Path) -> None:
-    env = {**os.environ, "ROLLSERVE_IMAGE_CACHE_DIR": str(instance.cache)}
-    done = subprocess.run(
-        [ROLLSERVE, "tasks", "validate", str(instance.tasks_dir), "--data-dir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=900,
-        check=False,
-    )
+    done = validate_command(instance.tasks_dir, tmp_path, instance.cache, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"validating {len(ROW_IDS)} tasks" in done.stdout
     lines = done.stdout.splitlines()  # one line per task as soon as its checks are in

@@ -4,15 +4,13 @@ evaluation sees; its output is the episode's one message."""
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
-
 from pydantic import Field, field_validator
 
 from rollserve.agents.base import MountFields, RunContext, agent_fields
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason
-from rollserve.schema.sandbox import Bind, SandboxSpec
+from rollserve.schema.sandbox import Bind, SandboxSpec, check_bind_target
 from rollserve.settings import Settings
 from rollserve.tasks.base import RunOutput
 
@@ -29,10 +27,7 @@ class CommandSettings(MountFields):
     @field_validator("mount_at")
     @classmethod
     def _guest(cls, value: str) -> str:
-        path = PurePosixPath(value)
-        if not path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
-            raise ValueError(f"{value!r} must be an absolute path below / (no '..')")
-        return str(path)
+        return check_bind_target(value)  # where the mount's bind lands
 
 
 class CommandAgent:

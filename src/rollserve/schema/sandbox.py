@@ -69,12 +69,18 @@ class Bind(_Model):
     @field_validator("target")
     @classmethod
     def _target(cls, value: str) -> str:
-        path = PurePosixPath(value)
-        if not path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
-            raise ValueError(f"{value!r} must be an absolute path below / (no '..')")
-        if path.parts[1] in ("proc", "dev", "sys"):
-            raise ValueError(f"{value!r} is inside /{path.parts[1]}")
-        return str(path)
+        return check_bind_target(value)
+
+
+def check_bind_target(value: str) -> str:
+    """Where a bind may land in a sandbox: an absolute path below / (no '..'), outside
+    /proc, /dev and /sys."""
+    path = PurePosixPath(value)
+    if not path.is_absolute() or ".." in path.parts or len(path.parts) < 2:
+        raise ValueError(f"{value!r} must be an absolute path below / (no '..')")
+    if path.parts[1] in ("proc", "dev", "sys"):
+        raise ValueError(f"{value!r} is inside /{path.parts[1]}")
+    return str(path)
 
 
 class _SpecBase(_Model):
