@@ -24,17 +24,39 @@ set -euo pipefail
 PREFIX=${ROLLSERVE_TOOLS_DIR:-/opt/rollserve}
 BINDIR=${ROLLSERVE_BIN_DIR:-/usr/local/bin}
 SIDROOT=$PREFIX/sid-root
-# Host directories bound at the same path inside the sid root (when they exist on the host).
-# /opt comes first so that its recursive bind does not copy the other binds made into the sid root.
-FIXED_BINDS="/opt /tmp /var/tmp /root /home /work /srv /mnt /media /data"
+# Host directories bound at the same path inside the sid root (when they exist on the host): every
+# top-level directory of the host but the system's own (those are the sid root's), and /var/tmp.
+# The one that holds the sid root comes first, so that its recursive bind does not copy the other
+# binds made into the sid root.  The wrapper binds top-level directories made after the install too.
+SYSTEM_DIRS="bin boot dev etc lib lib32 lib64 libx32 lost+found proc run sbin sys usr var"
+# Bumped whenever the wrapper or its fstab changes: an older wrapper is then rewritten.
+WRAPPER_REVISION=2
+host_binds() {
+    local rel=${SIDROOT#/}
+    local top=${rel%%/*} d
+    local -a dirs=()
+    [[ -d /$top && ! -L /$top && " $SYSTEM_DIRS " != *" $top "* ]] && dirs+=("/$top")
+    for d in /* /opt /tmp /root /home /work /srv /mnt /media /data; do
+        [[ -L $d || (-e $d && ! -d $d) ]] && continue
+        [[ " $SYSTEM_DIRS " == *" ${d#/} "* ]] && continue
+        [[ " ${dirs[*]} " == *" $d "* ]] || dirs+=("$d")
+    done
+    printf '%s\n' "${dirs[@]}" /var/tmp
+}
 
 LOG_NAME=install-apptainer
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
 
 # ---- fast path -------------------------------------------------------------------------------
+wrapper_current() {
+    # a wrapper of ours from an older install is rewritten (the steps with a stamp are kept)
+    ! grep -q 'rollserve apptainer wrapper' "$1" 2>/dev/null \
+        || grep -qF "wrapper revision: $WRAPPER_REVISION)" "$1"
+}
 if [[ ${ROLLSERVE_FORCE_INSTALL:-0} != 1 ]]; then
     for cmd in apptainer singularity; do
+        wrapper_current "$(command -v "$cmd" 2>/dev/null)" || continue
         if command -v "$cmd" >/dev/null 2>&1 \
             && ver=$(timeout 30 "$cmd" --version 2>/dev/null) && [[ -n $ver ]]; then
             log "already working: $(command -v "$cmd") ($ver)"
@@ -139,8 +161,9 @@ grep -q '^root default capabilities = file$' "$CONF" || die "could not set 'root
 # 4. mount points and the wrapper's fstab.  All binds are made by one `mount -a -T FSTAB`
 # (~4 ms; one `mount` process per bind cost ~45 ms).  `nofail`: host paths that do not exist are
 # skipped.  Mount points are created here because a rootless wrapper cannot create them.
+mapfile -t HOST_BINDS < <(host_binds)
 IFS=: read -r -a EXTRA <<<"${ROLLSERVE_APPTAINER_BINDS:-}"
-for d in $FIXED_BINDS "${EXTRA[@]}" /.oldroot; do
+for d in "${HOST_BINDS[@]}" "${EXTRA[@]}" /.oldroot; do
     [[ -n $d ]] || continue
     [[ $d == /* ]] || die "ROLLSERVE_APPTAINER_BINDS entries must be absolute: $d"
     [[ -L $SIDROOT$d ]] && die "$SIDROOT$d is a symlink; cannot use it as a bind target"
@@ -156,7 +179,7 @@ FSTAB=$PREFIX/apptainer-wrapper.fstab
     echo "# Binds made by $BINDIR/apptainer (written by scripts/install-apptainer.sh), in order."
     r=$(fstab_escape "$SIDROOT")
     echo "$r $r none bind 0 0"    # pivot_root needs the new root to be a mount point
-    for d in $FIXED_BINDS; do echo "$d $r$d none rbind,nofail 0 0"; done
+    for d in "${HOST_BINDS[@]}"; do echo "$(fstab_escape "$d") $r$(fstab_escape "$d") none rbind,nofail 0 0"; done
     for d in /proc /sys /dev; do echo "$d $r$d none rbind 0 0"; done
     for f in $ETC_FILES; do
         [[ -L $SIDROOT/etc/$f ]] || echo "/etc/$f $r/etc/$f none bind,nofail 0 0"
@@ -169,7 +192,8 @@ mv -f "$FSTAB.tmp" "$FSTAB"
 tmp=$(mktemp "$BINDIR/.apptainer.XXXXXX")
 cat >"$tmp" <<'WRAPPER'
 #!/bin/sh
-# rollserve apptainer wrapper (written by scripts/install-apptainer.sh): runs Debian sid's
+# rollserve apptainer wrapper (written by scripts/install-apptainer.sh; wrapper revision: @REVISION@)
+# Runs Debian sid's
 # apptainer (it needs glibc >= 2.38) from the sid root below, with arguments, environment, stdio,
 # cwd and exit status passed through.  Every step exec()s (sh -> unshare -> sh -> [setpriv ->]
 # apptainer -> starter), so the PID the caller spawned ends up being apptainer's starter itself.
@@ -178,10 +202,11 @@ cat >"$tmp" <<'WRAPPER'
 # mount table, and it all vanishes with the last process in it); `mount -a -T FSTAB` binds the sid
 # root on itself (pivot_root needs a mount point) and the host paths below into it at the SAME
 # path; pivot_root into it; lazily unmount the old root; cd to the caller's cwd; exec apptainer.
-#   Bound recursively, when present on the host: @FIXED_BINDS@;
-#   /proc /sys /dev; the host's /etc/{passwd,group,subuid,subgid,hosts,resolv.conf}; and
-#   $ROLLSERVE_APPTAINER_BINDS (colon-separated absolute dirs; their mount points must exist in the
-#   sid root: made at install time, or here when running as root).
+#   Bound recursively, when present on the host: every top-level directory but the system's own
+#   (@SYSTEM_DIRS@), /var/tmp, /proc /sys /dev; the host's
+#   /etc/{passwd,group,subuid,subgid,hosts,resolv.conf}; and $ROLLSERVE_APPTAINER_BINDS
+#   (colon-separated absolute dirs).  Mount points missing from the sid root (a top-level directory
+#   made after the install) are made here when running as root; an ordinary user cannot make them.
 #   Everything else (/usr, /etc, /var/lib/apptainer, ...) is the sid root's own.
 # Rootless: an ordinary user cannot make a mount namespace alone, so it also gets a user namespace
 # mapping its uid/gid to themselves (`--user --map-current-user --keep-caps`); the capabilities that
@@ -201,10 +226,17 @@ else
 fi
 # shellcheck disable=SC2086,SC2016
 exec unshare $ns -- /bin/sh -c '
-r=$1; fstab=$2; drop=$3; shift 3
+r=$1; fstab=$2; drop=$3; system=$4; shift 4
 cwd=$PWD
 fail() { echo "apptainer wrapper: $*" >&2; exit 126; }
 /bin/mount -a -T "$fstab" || fail "binding host paths into $r failed (see $fstab)"
+for d in /*; do
+    [ -d "$d" ] && [ ! -L "$d" ] || continue
+    case " $system " in *" ${d#/} "*) continue ;; esac
+    [ "$d" -ef "$r$d" ] && continue   # bound by the fstab
+    [ -d "$r$d" ] || mkdir "$r$d" 2>/dev/null || continue
+    [ -L "$r$d" ] || /bin/mount --rbind "$d" "$r$d" || fail "cannot bind $d"
+done
 if [ -n "${ROLLSERVE_APPTAINER_BINDS:-}" ]; then
     IFS=:
     for d in $ROLLSERVE_APPTAINER_BINDS; do
@@ -219,9 +251,10 @@ cd "$r" && /sbin/pivot_root . .oldroot || fail "pivot_root into $r failed"
 /usr/bin/umount -l /.oldroot || fail "cannot detach the old root"
 cd "$cwd" 2>/dev/null || { echo "apptainer wrapper: warning: $cwd is not reachable inside the sid root; running in /" >&2; cd /; }
 exec $drop /usr/bin/apptainer "$@"
-' rollserve-apptainer "$ROOT" "$FSTAB" "$drop" "$@"
+' rollserve-apptainer "$ROOT" "$FSTAB" "$drop" '@SYSTEM_DIRS@' "$@"
 WRAPPER
-sed -i -e "s|@SIDROOT@|'$SIDROOT'|" -e "s|@FSTAB@|'$FSTAB'|" -e "s|@FIXED_BINDS@|$FIXED_BINDS|" "$tmp"
+sed -i -e "s|@SIDROOT@|'$SIDROOT'|" -e "s|@FSTAB@|'$FSTAB'|" -e "s|@REVISION@|$WRAPPER_REVISION|" \
+    -e "s|@SYSTEM_DIRS@|$SYSTEM_DIRS|" "$tmp"
 chmod 755 "$tmp"
 mv -f "$tmp" "$BINDIR/apptainer"
 if [[ ! -e $BINDIR/singularity || -L $BINDIR/singularity ]]; then
