@@ -54,7 +54,7 @@ pytest: $(STAMP)
 # Run by a non-root user, `make pytest` already was the rootless run.
 pytest-rootless: $(STAMP)
 	@if [ "$$(id -u)" != 0 ]; then echo "pytest-rootless: running as uid $$(id -u) already"; \
-	else $(BIN)/python -m rollserve.testing.users --delegate $(ROOTLESS_USER) -- \
+	else $(BIN)/python -m rollserve.fixtures.users --delegate $(ROOTLESS_USER) -- \
 		$(BIN)/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
 		$(PYTEST_ARGS) $(ROOTLESS_TESTS); fi
 

@@ -41,10 +41,10 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rollserve.client import RolloutClient
 from rollserve.client.trl import RollserveRollout, rollserve_reward
-from rollserve.llm.engine import Generation, LocalEngine
-from rollserve.llm.server import create_llm_app
+from rollserve.llm.local.engine import Generation, LocalEngine
+from rollserve.llm.local.server import create_llm_app
+from rollserve.llm.local.tiny_model import tiny_model_dir
 from rollserve.schema.backends import BackendSpec
-from rollserve.testing.tiny_model import tiny_model_dir
 
 MODEL = "tiny-policy"
 BACKEND = "trainer-policy"

@@ -15,7 +15,7 @@ from rollserve.settings import Settings
 from tests.missing import missing
 
 if TYPE_CHECKING:
-    from rollserve.testing.postgres import TempPostgres
+    from rollserve.fixtures.postgres import TempPostgres
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ async def manager(settings: Settings) -> AsyncIterator[SandboxManager]:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model and its tokenizer (``rollserve.testing``), built once per session."""
-    from rollserve.testing.tiny_model import tiny_model_dir
+    from rollserve.llm.local.tiny_model import tiny_model_dir
 
     return tiny_model_dir(tmp_path_factory.getbasetemp() / "models")
 
@@ -44,7 +44,7 @@ from tests.swe_tasks import prepared  # noqa: E402, F401  (the session fixture, 
 def postgres() -> Iterator[TempPostgres]:
     """One throwaway PostgreSQL server for the session; each test makes its own database.
     Missing PostgreSQL skips the test here, and fails it in CI."""
-    from rollserve.testing.postgres import TempPostgres, postgres_bin
+    from rollserve.fixtures.postgres import TempPostgres, postgres_bin
 
     if postgres_bin() is None:
         message = "PostgreSQL is not installed (make setup installs it)"

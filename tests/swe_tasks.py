@@ -13,7 +13,7 @@ import pytest
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import Task
 from rollserve.settings import Settings
-from rollserve.tasks.swe_prepare import prepare_specs
+from rollserve.tasks.swe.prepare import prepare_specs
 from tests.conformance.conftest import require
 
 SPECS = Path(__file__).parents[1] / "examples" / "swe" / "specs.jsonl"

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
-from rollserve.tasks import swe_eval
+from rollserve.tasks.swe import evaluation
 from tests.conformance.conftest import require
 
 PATCH_PROPERTY = settings(
@@ -94,9 +94,9 @@ async def test_a_git_diff_applies_back(repo: Repo, before: str, after: str, name
     git(repo.path, "commit", "-q", "-m", "before")
     target.write_bytes(after.encode())
     patch = repo.diff()
-    assert swe_eval.patch_paths(patch) == [name]
+    assert evaluation.patch_paths(patch) == [name]
     git(repo.path, "checkout", "-q", "--", name)
-    result = await swe_eval.apply_patch(repo.box, patch, "edit")
+    result = await evaluation.apply_patch(repo.box, patch, "edit")
     assert result.applied == "git apply", result.output
     assert target.read_bytes() == after.encode()
 
@@ -116,10 +116,10 @@ async def test_paths_of_new_files(repo: Repo, names: list[str], text: str) -> No
     for name in names:
         (repo.path / name).write_bytes(text.encode())
     patch = repo.diff()
-    assert sorted(swe_eval.patch_paths(patch)) == sorted(names)
+    assert sorted(evaluation.patch_paths(patch)) == sorted(names)
     for name in names:
         (repo.path / name).unlink()
-    result = await swe_eval.apply_patch(repo.box, patch, "new")
+    result = await evaluation.apply_patch(repo.box, patch, "new")
     assert result.applied == "git apply", result.output
     for name in names:
         assert (repo.path / name).read_bytes() == text.encode()
@@ -159,8 +159,8 @@ async def test_malformed_patches_fail_plainly(
     patch = repo.diff()
     git(repo.path, "checkout", "-q", "--", "f.txt")
     broken = mutate(patch, data)
-    swe_eval.patch_paths(broken)  # must not raise
-    result = await swe_eval.apply_patch(repo.box, broken, "broken")  # nor this
+    evaluation.patch_paths(broken)  # must not raise
+    result = await evaluation.apply_patch(repo.box, broken, "broken")  # nor this
     if result.applied is None:
         assert "$ git apply" in result.output
 
@@ -175,8 +175,8 @@ async def test_malformed_patches_fail_plainly(
     ],
 )
 async def test_unreadable_patches_fail_plainly(repo: Repo, patch: str) -> None:
-    swe_eval.patch_paths(patch)
-    result = await swe_eval.apply_patch(repo.box, patch, "bad")
+    evaluation.patch_paths(patch)
+    result = await evaluation.apply_patch(repo.box, patch, "bad")
     assert result.applied is None
     assert result.output
 
@@ -190,4 +190,4 @@ def test_contents_are_never_headers() -> None:
         "diff --git a/ x  b/ x \nnew file mode 100644\n--- /dev/null\n+++ b/ x \t\n"
         "@@ -0,0 +1 @@\n+--- a/other\n"
     )
-    assert swe_eval.patch_paths(patch) == ["q.sql", " x "]
+    assert evaluation.patch_paths(patch) == ["q.sql", " x "]

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from rollserve.fixtures.oci import LayerSpec, build_image
 from rollserve.settings import Settings
 from rollserve.tasks.harbor_import import import_dirs
-from rollserve.testing.oci import LayerSpec, build_image
 from tests.images.conftest import BASE_ROOTFS, require_base_rootfs
 
 TASKS = Path(__file__).parent / "tasks"

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rollserve.fixtures.oci import LayerSpec, build_image
 from rollserve.images import ImageStore
 from rollserve.images.unpack import RootFs, Unpacked
 from rollserve.settings import Settings
-from rollserve.testing.oci import LayerSpec, build_image
 from tests.missing import missing
 from tests.repos import git_repo
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import ImageNotFoundError
+from rollserve.fixtures.oci import LayerSpec, build_image
 from rollserve.images import ImageConfig, ImageStore
 from rollserve.images.base import split_tag
-from rollserve.testing.oci import LayerSpec, build_image
 from tests.images.conftest import tiny_image, tree
 
 FORMATS = ["oci-archive", "oci", "docker-archive"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import ImageNotFoundError
+from rollserve.fixtures.oci_registry import LocalRegistry
 from rollserve.images import ImageStore, default_sources
 from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
-from rollserve.testing.registry import LocalRegistry
 from tests.conformance.conftest import require
 from tests.images.conftest import tiny_image, tree
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rollserve.testing.postgres import TempPostgres
+from rollserve.fixtures.postgres import TempPostgres
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.conftest import Server, register_backend
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rollserve.testing.tiny_model import tiny_model_dir
+from rollserve.llm.local.tiny_model import tiny_model_dir
 from tests.integration.conftest import Server, register_backend
 from tests.servers import LlmServer
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rollserve.llm.engine import LocalEngine
+from rollserve.llm.local.engine import LocalEngine
 from tests.servers import LlmServer
 
 

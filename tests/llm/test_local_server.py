@@ -8,7 +8,7 @@ import httpx
 import pytest
 import torch
 
-from rollserve.llm.engine import LocalEngine
+from rollserve.llm.local.engine import LocalEngine
 from tests.servers import LlmServer
 
 MESSAGES = [

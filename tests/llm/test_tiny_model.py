@@ -7,8 +7,8 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
-from rollserve.llm.engine import LocalEngine
-from rollserve.testing.tiny_model import build_tiny_model, tiny_model_dir
+from rollserve.llm.local.engine import LocalEngine
+from rollserve.llm.local.tiny_model import build_tiny_model, tiny_model_dir
 
 PLAIN = [{"role": "user", "content": "hi"}]
 TOOLS = [

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import StoreSchemaError, StoreUnavailableError
+from rollserve.fixtures.postgres import TempPostgres
 from rollserve.schema.api import JobQuery
 from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
 from rollserve.storage.pg_schema import VERSION
 from rollserve.storage.postgres import PostgresJobStore
 from rollserve.storage.sqlite import SCHEMA_VERSION
-from rollserve.testing.postgres import TempPostgres
 
 
 def _events(store: PostgresJobStore) -> Iterator[queue.Queue[str]]:

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import InvalidInputError, StoreUnavailableError
+from rollserve.fixtures.postgres import TempPostgres
 from rollserve.settings import Settings
 from rollserve.storage import NewJob, SqliteJobStore
 from rollserve.storage.postgres import PostgresJobStore
 from rollserve.storage.registry import default_stores, open_store, redacted
-from rollserve.testing.postgres import TempPostgres
 
 
 def test_the_default_is_sqlite_under_the_data_dir(tmp_path: Path) -> None:

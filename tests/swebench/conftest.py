@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
+from rollserve.fixtures.swebench_image import build_instance_image, load_recipe
 from rollserve.pipeline.plugins import default_plugins
 from rollserve.pipeline.service import RolloutService
 from rollserve.schema.jobs import JobRequest, Task
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord
-from rollserve.tasks.swebench_rows import import_rows
-from rollserve.testing.swebench_image import build_instance_image, load_recipe
+from rollserve.tasks.swebench.rows import import_rows
 from tests.cli.test_cli import ROLLSERVE
 from tests.images.conftest import require_base_rootfs
 

@@ -12,7 +12,7 @@ import pytest
 
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import Task
-from rollserve.tasks.swebench_rows import import_rows, swebench_image_name
+from rollserve.tasks.swebench.rows import import_rows, swebench_image_name
 from tests.cli.test_cli import ROLLSERVE
 
 PATCH = "diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x\n+y\n"

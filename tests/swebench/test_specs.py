@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import InvalidInputError
-from rollserve.tasks import swebench_harness
-from rollserve.tasks.swebench_specs import SpecTable
+from rollserve.tasks.swebench import harness
+from rollserve.tasks.swebench.specs import SpecTable
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
 SWE_BENCH = [
@@ -41,7 +41,7 @@ def test_every_repository_has_specifications_and_a_parser_the_harness_ships(
 ) -> None:
     spec = table.repos[repo.lower()]
     assert spec.versions, repo
-    assert swebench_harness.known_parser(spec.parser), spec.parser
+    assert harness.known_parser(spec.parser), spec.parser
     assert all(v.test_cmd.strip() for v in spec.versions.values())
     assert spec.source in table.sources
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from rollserve.agents.tools import Toolbox
-from rollserve.bench.learn_policy import observation
-from rollserve.bench.learn_tasks import FILES, SECRET, instances, split_numbers
 from rollserve.errors import InvalidInputError
+from rollserve.learn.policy import observation
+from rollserve.learn.tasks import FILES, SECRET, instances, split_numbers
 from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.sandbox.base import Sandbox

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rollserve.sandbox import SandboxManager
-from rollserve.tasks.swe import SweHandler
+from rollserve.tasks.swe.handler import SweHandler
 from tests.conformance.conftest import require
 from tests.swe_tasks import BOLTONS, MORE_ITERTOOLS, Prepared
 

@@ -12,14 +12,14 @@ import pytest
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import BwrapSpec
-from rollserve.tasks.swe import SweHandler
-from rollserve.tasks.swe_eval import (
+from rollserve.tasks.swe.evaluation import (
     junit_key,
     outcome_of,
     parse_junit,
     patch_paths,
     runnable_id,
 )
+from rollserve.tasks.swe.handler import SweHandler
 
 
 def task(**fields: Any) -> Task:
@@ -122,8 +122,8 @@ def test_setup_commands_see_no_secret_of_the_host(
 ) -> None:
     """Host-side setup commands (the dataset's) get the task's environment and an allow-list
     of rollserve's: never its API token or store password."""
-    from rollserve.tasks.swe import SweFields
-    from rollserve.tasks.swe_build import setup
+    from rollserve.tasks.swe.build import setup
+    from rollserve.tasks.swe.handler import SweFields
 
     monkeypatch.setenv("ROLLSERVE_API_TOKEN", "secret-token-value")
     monkeypatch.setenv("ROLLSERVE_STORE_PASSWORD", "secret-password")

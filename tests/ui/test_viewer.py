@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from rollserve.cli.demo_report import write_trajectories
 from rollserve.client import wait_ready
+from rollserve.demo.report import write_trajectories
 from rollserve.schema.jobs import JobView
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.integration.agents_env import PROGRAMS

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollserve.bench.learn_run import behaviour_clipped
+from rollserve.learn.run import behaviour_clipped
 
 
 class Base:

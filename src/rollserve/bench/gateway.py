@@ -137,7 +137,7 @@ def bench_gateway(
     tokenizer: Path | None = None,
     generation_ms: float = 1000.0,
 ) -> GatewayBenchResult:
-    from rollserve.testing.tiny_model import tiny_model_dir
+    from rollserve.llm.local.tiny_model import tiny_model_dir
 
     work = Path(tempfile.mkdtemp(prefix="rollserve-bench-gateway-"))
     model = tokenizer or tiny_model_dir(work / "model")

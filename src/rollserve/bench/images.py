@@ -22,14 +22,14 @@ from rollserve.bench.layers import layer_figures
 from rollserve.bench.startup import time_start
 from rollserve.bench.stats import quantile, running_user
 from rollserve.errors import InvalidInputError, SandboxStartError
+from rollserve.fixtures.oci import LayerSpec, build_image
+from rollserve.fixtures.users import User, as_user_argv, delegation, ensure_user, undelegate
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
 from rollserve.sandbox.state import unmount_under
 from rollserve.sandbox.workspace import image_directory, lay_out
 from rollserve.schema.bench import ImagesBenchResult, ImageStartFigures, WorkspaceFigures
 from rollserve.settings import Settings
-from rollserve.testing.oci import LayerSpec, build_image
-from rollserve.testing.users import User, as_user_argv, delegation, ensure_user, undelegate
 from rollserve.trees import remove_tree
 
 _GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@rollserve", "-c", "gc.auto=0"]

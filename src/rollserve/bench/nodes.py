@@ -165,7 +165,7 @@ def bench_nodes(
     rollouts: int = 200, turns: int = 4, model_ms: float = 500.0, store_url: str | None = None
 ) -> NodesBenchResult:
     """Every configuration of CONFIGS in turn, on one emulated model."""
-    from rollserve.testing.postgres import TempPostgres
+    from rollserve.fixtures.postgres import TempPostgres
 
     steps = []
     with ExitStack() as stack:

@@ -112,7 +112,7 @@ def bench_store(
     PostgreSQL server."""
     server = None
     if store_url is None:
-        from rollserve.testing.postgres import TempPostgres
+        from rollserve.fixtures.postgres import TempPostgres
 
         server = TempPostgres().start()
         store_url = server.create("bench")

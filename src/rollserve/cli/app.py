@@ -25,7 +25,6 @@ from rollserve.bench.soak import bench_soak, soak_table
 from rollserve.bench.startup import check_backends
 from rollserve.bench.store import bench_store, store_table
 from rollserve.bench.viewer import bench_viewer, viewer_table
-from rollserve.cli.demo import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.cli.export import export_app
 from rollserve.cli.images import images_app
 from rollserve.cli.learn import learn_cmd
@@ -36,6 +35,7 @@ from rollserve.cli.submit import submit
 from rollserve.cli.tasks import tasks_app
 from rollserve.cli.view import view_cmd
 from rollserve.client import RolloutClient
+from rollserve.demo.main import DemoOptions, check_table, default_demo_dir, run_demo
 from rollserve.errors import RollserveError
 from rollserve.pipeline.fleet import node_name
 from rollserve.sandbox import SandboxManager

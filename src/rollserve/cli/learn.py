@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rollserve.bench.learn import LearnResult, bench_learn
-from rollserve.bench.learn_figures import LearnPlan, Mode
+from rollserve.learn.figures import LearnPlan, Mode
+from rollserve.learn.main import LearnResult, bench_learn
 
 
 def learn_cmd(

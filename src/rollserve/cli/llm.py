@@ -36,8 +36,8 @@ def serve_cmd(
     if threads is not None:
         torch.set_num_threads(threads)
 
-    from rollserve.llm.engine import LocalEngine
-    from rollserve.llm.server import create_llm_app
+    from rollserve.llm.local.engine import LocalEngine
+    from rollserve.llm.local.server import create_llm_app
 
     engine = LocalEngine(model, gguf_file=gguf_file, model_name=served_model_name)
     app = create_llm_app(engine, engine.model_name)
@@ -53,6 +53,6 @@ def build_tiny_cmd(
     seed: Annotated[int, typer.Option(help="weight seed")] = 0,
 ) -> None:
     """Write the tiny test model (a 2-layer Llama and its BPE tokenizer) into DIRECTORY."""
-    from rollserve.testing.tiny_model import build_tiny_model
+    from rollserve.llm.local.tiny_model import build_tiny_model
 
     typer.echo(str(build_tiny_model(directory, seed=seed)))

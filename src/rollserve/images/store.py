@@ -17,7 +17,7 @@ from rollserve.images.directory import DirectorySource
 from rollserve.images.docker_archive import DockerArchiveSource
 from rollserve.images.oci_archive import OciArchiveSource
 from rollserve.images.oci_layout import OciLayoutSource
-from rollserve.images.registry import RegistrySource
+from rollserve.images.remote import RegistrySource
 from rollserve.images.sif import SifSource
 from rollserve.registry import Registry
 from rollserve.settings import Settings

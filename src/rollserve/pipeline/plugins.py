@@ -16,8 +16,8 @@ from rollserve.tasks.code import CodeHandler
 from rollserve.tasks.harbor import HarborHandler
 from rollserve.tasks.lookup import LookupHandler
 from rollserve.tasks.math import MathHandler
-from rollserve.tasks.swe import SweHandler
-from rollserve.tasks.swebench import SwebenchHandler
+from rollserve.tasks.swe.handler import SweHandler
+from rollserve.tasks.swebench.handler import SwebenchHandler
 
 
 def default_plugins() -> Plugins:

@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from rollserve.cli.demo_checks import ModelSource, Requirements
-from rollserve.cli.demo_jobs import (
+from rollserve.client import AsyncRolloutClient, RolloutClient
+from rollserve.demo.checks import ModelSource, Requirements
+from rollserve.demo.jobs import (
     FAST,
     FAST_LIMITS,
     FULL,
@@ -28,14 +29,13 @@ from rollserve.cli.demo_jobs import (
     load_task,
     prepared_swe,
 )
-from rollserve.cli.demo_model import ModelServer, run_prepare
-from rollserve.cli.demo_report import Board, summary_tables, throughput, write_trajectories
-from rollserve.cli.demo_service import fresh_store, local_service
-from rollserve.client import AsyncRolloutClient, RolloutClient
+from rollserve.demo.model import ModelServer, run_prepare
+from rollserve.demo.report import Board, summary_tables, throughput, write_trajectories
+from rollserve.demo.service import fresh_store, local_service
 from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.schema.jobs import JobRequest, JobView, Task
 from rollserve.settings import Settings
-from rollserve.tasks.swe_prepare import prepare_specs
+from rollserve.tasks.swe.prepare import prepare_specs
 
 _MODEL_LOAD_TIMEOUT_S = 600.0
 _POLL_S = 0.5

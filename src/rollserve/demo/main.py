@@ -15,8 +15,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rollserve.cli.demo_checks import Requirements, check_requirements
-from rollserve.cli.demo_run import DemoRun
+from rollserve.demo.checks import Requirements, check_requirements
+from rollserve.demo.run import DemoRun
 from rollserve.errors import InvalidInputError
 from rollserve.schema.sandbox import BackendCheck
 from rollserve.settings import Settings

@@ -1,5 +1,5 @@
 """The model-side preparation of ``rollserve demo``, run as a child process
-(``python -m rollserve.cli.demo_prepare``) so that a Ctrl-C can stop it at once and torch stays
+(``python -m rollserve.demo.prepare``) so that a Ctrl-C can stop it at once and torch stays
 out of the demo's own process: export a Hugging Face tokenizer directory (with a chat template
 that shows the tools to the model) from a GGUF file or a model directory, and build the tiny
 test model. Each command prints one JSON object on stdout."""
@@ -48,7 +48,7 @@ def export_tokenizer(source: Path, gguf_file: str | None, out: Path) -> dict[str
             return {**made, "cached": True}
     from transformers import AutoTokenizer  # heavy: only when there is work to do
 
-    from rollserve.testing.tiny_model import CHAT_TEMPLATE
+    from rollserve.llm.local.tiny_model import CHAT_TEMPLATE
 
     tokenizer = AutoTokenizer.from_pretrained(str(source), gguf_file=gguf_file)
     own = bool(getattr(tokenizer, "chat_template", None))
@@ -78,14 +78,14 @@ def export_tokenizer(source: Path, gguf_file: str | None, out: Path) -> dict[str
 
 def build_tiny(cache: Path) -> dict[str, Any]:
     """The tiny test model under ``cache`` (built once)."""
-    from rollserve.testing.tiny_model import tiny_model_dir
+    from rollserve.llm.local.tiny_model import tiny_model_dir
 
     return {"model_dir": str(tiny_model_dir(cache))}
 
 
 def main(argv: list[str] | None = None) -> None:
     """``tokenizer --source DIR [--gguf-file NAME] --out DIR`` or ``tiny --cache DIR``."""
-    parser = argparse.ArgumentParser(prog="python -m rollserve.cli.demo_prepare")
+    parser = argparse.ArgumentParser(prog="python -m rollserve.demo.prepare")
     commands = parser.add_subparsers(dest="command", required=True)
     tokenizer = commands.add_parser("tokenizer")
     tokenizer.add_argument("--source", type=Path, required=True)

@@ -15,9 +15,9 @@ from typing import Any
 import httpx
 from transformers import TrainerCallback
 
-from rollserve.bench.learn_figures import LearnPlan, StepFigures
 from rollserve.client import RolloutClient
 from rollserve.client.trl import RolloutCall
+from rollserve.learn.figures import LearnPlan, StepFigures
 
 
 class WeightSync(TrainerCallback):

@@ -2,7 +2,7 @@
 ``eval_script``): per repository and version, the test command and the steps before it, the
 test directives it derives from the test patch, and its log parser.
 
-The facts are rollserve's own table, ``swebench_specs.json`` beside this module: the SWE-bench
+The facts are rollserve's own table, ``specs.json`` beside this module: the SWE-bench
 repositories as swebench 4.1.0 specified them (5.x moved the specifications into the rows
 themselves), and the SWE-Gym repositories as SWE-Gym's fork of the harness does. Each entry
 names where it was taken from. The script written here has the shape of swebench 4.1.0's
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rollserve.errors import InvalidInputError
-from rollserve.tasks.swe_eval import diff_headers, modified_files
+from rollserve.tasks.swe.evaluation import diff_headers, modified_files
 
-SPECS_FILE = Path(__file__).with_name("swebench_specs.json")
+SPECS_FILE = Path(__file__).with_name("specs.json")
 START_TEST_OUTPUT = ">>>>> Start Test Output"
 END_TEST_OUTPUT = ">>>>> End Test Output"
 HEREDOC = "EOF_114329324912"  # the harness's own delimiter: rows' scripts are compared by text

@@ -6,7 +6,7 @@ harness: its eval script runs the tests, its log parser reads each test's status
 decides resolution. A SWE-bench 5.x row carries its script (``eval_script``, ``log_parser``,
 ``eval_type``); for a row in the classic columns (SWE-bench as most copies store it, SWE-Gym),
 the script and parser come from rollserve's table of the harness's per-repository, per-version
-specifications (``swebench_specs``). A task of a repository the table does not know is refused,
+specifications (``specs``). A task of a repository the table does not know is refused,
 unless it asks for rollserve's own pytest run of its test ids (``"grading": "pytest"``)."""
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks import swe_eval, swebench_harness
 from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
-from rollserve.tasks.swe import SweTests, score
-from rollserve.tasks.swebench_specs import SpecTable
+from rollserve.tasks.swe import evaluation
+from rollserve.tasks.swe.handler import SweTests, score
+from rollserve.tasks.swebench import harness
+from rollserve.tasks.swebench.specs import SpecTable
 
 WORKSPACE = "/testbed"
 # Where SWE-bench images keep the instance's environment: first on PATH for the agent's shell
@@ -100,10 +101,10 @@ class SwebenchHandler:
             )
         if fields.grading == "harness" and fields.eval_script is None:
             self.specs.lookup(fields.repo, fields.version)
-        if fields.log_parser and not swebench_harness.known_parser(fields.log_parser):
+        if fields.log_parser and not harness.known_parser(fields.log_parser):
             raise InvalidInputError(
                 f"task.log_parser: the SWE-bench harness "
-                f"({swebench_harness.harness_version()}) has no parser {fields.log_parser!r}",
+                f"({harness.harness_version()}) has no parser {fields.log_parser!r}",
                 field="task.log_parser",
             )
 
@@ -146,7 +147,7 @@ class SwebenchHandler:
                 update={"eval_script": spec.eval_script, "log_parser": spec.log_parser}
             )
             harness_spec = spec.source
-        row = swebench_harness.instance(fields, image)
+        row = harness.instance(fields, image)
         details = await _run_harness(fields, row, submission, open_sandbox)
         if harness_spec is not None:
             details["harness_spec"] = f"rollserve's table, from {harness_spec}"
@@ -161,29 +162,29 @@ async def _run_harness(
     open_sandbox: SandboxOpener,
 ) -> dict[str, Any]:
     details: dict[str, Any] = {
-        "harness": f"swebench {swebench_harness.harness_version()}",
+        "harness": f"swebench {harness.harness_version()}",
         "resolved": False,
         "applied": "none",
     }
     async with open_sandbox() as sandbox:
         if submission is not None:
-            if any(".git" in PurePosixPath(p).parts for p in swe_eval.patch_paths(submission)):
+            if any(".git" in PurePosixPath(p).parts for p in evaluation.patch_paths(submission)):
                 return {**details, "reason": "the patch changes the repository's .git directory"}
-            applied = await swe_eval.apply_patch(sandbox, submission, "submission")
+            applied = await evaluation.apply_patch(sandbox, submission, "submission")
             if applied.applied is None:
                 reason = "the patch does not apply (git apply and patch -F2 both failed)"
                 return {**details, "reason": reason, "test_output": applied.output}
             details["applied"] = applied.applied
         result = await sandbox.exec(
-            ["bash", "-c", swebench_harness.eval_script(row)],
+            ["bash", "-c", harness.eval_script(row)],
             timeout=fields.test_timeout_s,
             max_output_bytes=LOG_LIMIT,
         )
     log = result.stdout + result.stderr
     if result.timed_out:
         reason = f"tests timed out after {fields.test_timeout_s:g}s"
-        return {**details, "reason": reason, "test_output": swe_eval.tail(log)}
-    grade = swebench_harness.grade(row, log)
+        return {**details, "reason": reason, "test_output": evaluation.tail(log)}
+    grade = harness.grade(row, log)
     details.update(
         resolved=grade.resolved,
         resolution=grade.resolution,
@@ -199,7 +200,7 @@ async def _run_harness(
         },
         fail_to_pass={t: grade.statuses.get(t, "missing") for t in fields.fail_to_pass},
         pass_to_pass={t: grade.statuses.get(t, "missing") for t in fields.pass_to_pass},
-        test_output=swe_eval.tail(log),
+        test_output=evaluation.tail(log),
     )
     if not grade.graded:
         details["reason"] = (

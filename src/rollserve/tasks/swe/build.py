@@ -20,8 +20,8 @@ from typing import Any
 
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.env import SYSTEM_PATH
-from rollserve.tasks.swe import SweFields
-from rollserve.tasks.swe_eval import tail
+from rollserve.tasks.swe.evaluation import tail
+from rollserve.tasks.swe.handler import SweFields
 
 REQUIREMENT = r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9][A-Za-z0-9.+!_-]*)$"
 _ARCHIVES = (".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".zip")

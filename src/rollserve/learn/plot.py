@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rollserve.bench.learn_figures import RunFigures
+from rollserve.learn.figures import RunFigures
 
 _COLOURS = {"synchronous": "#1f77b4", "decoupled": "#d62728"}
 

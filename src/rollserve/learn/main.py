@@ -1,8 +1,8 @@
 """``rollserve bench learn``: training that learns through rollserve, on this machine's CPUs.
 
-A tiny policy (``rollserve.testing.tiny_model``, the ``learner`` variant) is taught the tool
-format by imitation of a random file reader (``learn_policy``), then trained with TRL's GRPO on
-``lookup`` tasks (``learn_tasks``) that a real ``rollserve serve`` runs: bwrap sandboxes, the
+A tiny policy (``rollserve.llm.local.tiny_model``, the ``learner`` variant) is taught the tool
+format by imitation of a random file reader (``policy``), then trained with TRL's GRPO on
+``lookup`` tasks (``tasks``) that a real ``rollserve serve`` runs: bwrap sandboxes, the
 tool agent's multi-turn loop against the policy's inference server in token mode, rollserve's
 evaluation as the reward. Two runs start from the same weights: ``synchronous`` (each batch
 generated when the trainer asks for it) and ``decoupled`` (the next batch generated while the
@@ -20,11 +20,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rollserve.bench.learn_figures import LearnPlan, Mode, RunFigures
-from rollserve.bench.learn_plot import plot_runs
-from rollserve.bench.learn_tasks import instances
 from rollserve.bench.serve import start_node, stop_node
 from rollserve.client.http import wait_ready
+from rollserve.learn.figures import LearnPlan, Mode, RunFigures
+from rollserve.learn.plot import plot_runs
+from rollserve.learn.tasks import instances
 from rollserve.ports import free_port
 
 
@@ -68,9 +68,9 @@ def bench_learn(
 ) -> LearnResult:
     """Warm-start the policy, then train it once per mode; the figures, a plot and the JSON
     go into ``out``."""
-    from rollserve.bench.learn_policy import WarmStart, warm_start
-    from rollserve.bench.learn_run import train_run, trainer_threads
-    from rollserve.testing.tiny_model import build_tiny_model
+    from rollserve.learn.policy import WarmStart, warm_start
+    from rollserve.learn.run import train_run, trainer_threads
+    from rollserve.llm.local.tiny_model import build_tiny_model
 
     began = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
@@ -134,11 +134,11 @@ def bench_learn(
 
 
 def _recipe() -> str:
-    from rollserve.bench import learn_policy, learn_tasks
-    from rollserve.testing import tiny_model
+    from rollserve.learn import policy, tasks
+    from rollserve.llm.local import tiny_model
 
     digest = hashlib.sha256()
-    for module in (learn_policy, learn_tasks, tiny_model):
+    for module in (policy, tasks, tiny_model):
         digest.update(Path(str(module.__file__)).read_bytes())
     return digest.hexdigest()[:16]
 

@@ -15,9 +15,9 @@ from rollserve.sandbox.base import GUEST_WORKSPACE, Sandbox
 from rollserve.sandbox.env import SYSTEM_PATH
 from rollserve.schema.jobs import Task
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks import swe_eval
 from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
-from rollserve.tasks.swe_eval import Outcome
+from rollserve.tasks.swe import evaluation
+from rollserve.tasks.swe.evaluation import Outcome
 
 SYSTEM_PROMPT = (
     "You are a software engineer. The repository is in /workspace, a git repository; your "
@@ -116,32 +116,32 @@ async def check_submission(sandbox: Sandbox, fields: SweTests, submission: str |
         pass_to_pass=dict.fromkeys(fields.pass_to_pass, "missing"),
     )
     if submission:
-        if any(".git" in PurePosixPath(p).parts for p in swe_eval.patch_paths(submission)):
+        if any(".git" in PurePosixPath(p).parts for p in evaluation.patch_paths(submission)):
             check.reason = "the patch changes the repository's .git directory"
             return check
-        applied = await swe_eval.apply_patch(sandbox, submission, "submission")
+        applied = await evaluation.apply_patch(sandbox, submission, "submission")
         check.test_output = applied.output
         if applied.applied is None:
             check.reason = "the patch does not apply (git apply and patch -F2 both failed)"
             return check
         check.applied = applied.applied
     if fields.test_patch.strip():
-        problem = await swe_eval.reset_files(sandbox, swe_eval.patch_paths(fields.test_patch))
+        problem = await evaluation.reset_files(sandbox, evaluation.patch_paths(fields.test_patch))
         if problem is None:
-            tests = await swe_eval.apply_patch(sandbox, fields.test_patch, "tests")
+            tests = await evaluation.apply_patch(sandbox, fields.test_patch, "tests")
             problem = None if tests.applied else tests.output
         if problem is not None:
             check.test_patch_error = problem
             check.reason = "the test patch does not apply"
             check.test_output = problem
             return check
-    setup = await swe_eval.run_setup(sandbox, fields.setup_commands, fields.test_timeout_s)
+    setup = await evaluation.run_setup(sandbox, fields.setup_commands, fields.test_timeout_s)
     if setup.failed is not None:
         how = "timed out" if setup.timed_out else "failed"
         check.reason = f"setup command {how}: {setup.failed}"
         check.test_output = setup.output
         return check
-    run = await swe_eval.run_tests(
+    run = await evaluation.run_tests(
         sandbox,
         list(dict.fromkeys([*fields.fail_to_pass, *fields.pass_to_pass])),
         fields.test_args,
@@ -234,5 +234,5 @@ async def score(
 
 async def check_test_patch(sandbox: Sandbox, fields: SweTests) -> str | None:
     """Whether the test patch applies to the untouched repository: None, or why not."""
-    applied = await swe_eval.apply_patch(sandbox, fields.test_patch, "tests")
+    applied = await evaluation.apply_patch(sandbox, fields.test_patch, "tests")
     return None if applied.applied else applied.output

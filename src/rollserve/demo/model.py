@@ -1,5 +1,5 @@
 """The child processes of ``rollserve demo``: the model server (``rollserve llm serve``) and
-the model-side preparation (``rollserve.cli.demo_prepare``). Each child runs in its own session
+the model-side preparation (``rollserve.demo.prepare``). Each child runs in its own session
 (a Ctrl-C reaches the demo only, which then stops it), is killed by the kernel should the demo
 die first (``setpriv --pdeathsig``, where util-linux has it), and is reaped on every path."""
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from rollserve.cli.demo_checks import ModelSource
+from rollserve.demo.checks import ModelSource
 from rollserve.errors import InfrastructureError
 from rollserve.ports import free_port
 
@@ -53,11 +53,11 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 
 
 async def run_prepare(log: Path, *args: str) -> dict[str, Any]:
-    """Run ``rollserve.cli.demo_prepare ARGS`` to completion; its JSON answer."""
+    """Run ``rollserve.demo.prepare ARGS`` to completion; its JSON answer."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as sink:
         process = await asyncio.create_subprocess_exec(
-            *_argv("rollserve.cli.demo_prepare", *args),
+            *_argv("rollserve.demo.prepare", *args),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=sink,

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from rollserve.errors import InvalidInputError
 from rollserve.schema.jobs import SandboxRef, Task
 from rollserve.tasks.base import jsonable
-from rollserve.tasks.swebench import WORKSPACE, SwebenchHandler
+from rollserve.tasks.swebench.handler import WORKSPACE, SwebenchHandler
 
 # SWE-bench's own image naming (its harness: ``sweb.eval.{arch}.{instance_id}``, with ``__``
 # written ``_1776_`` because Docker names cannot hold a double underscore), on Docker Hub.

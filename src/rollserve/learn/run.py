@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 
-from rollserve.bench.learn_figures import LearnPlan, Mode, RunFigures
-from rollserve.bench.learn_tasks import LookupInstance
 from rollserve.client import RolloutClient
 from rollserve.client.trl import RollserveRollout, rollserve_reward
+from rollserve.learn.figures import LearnPlan, Mode, RunFigures
+from rollserve.learn.tasks import LookupInstance
 from rollserve.ports import free_port
 from rollserve.schema.backends import BackendSpec
 from rollserve.schema.jobs import JobRequest
@@ -132,7 +132,7 @@ def train_run(
     from trl.trainer.grpo_config import GRPOConfig
     from trl.trainer.grpo_trainer import GRPOTrainer
 
-    from rollserve.bench.learn_sync import WeightSync
+    from rollserve.learn.sync import WeightSync
 
     work.mkdir(parents=True)
     model_dir = work / "policy"

@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel
 
 from rollserve.agents.tools import tool_schemas
-from rollserve.bench.learn_tasks import FILES, SECRET, LookupInstance, instances
+from rollserve.learn.tasks import FILES, SECRET, LookupInstance, instances
 from rollserve.llm.templates import ChatTemplate
 from rollserve.llm.toolcalls import HermesParser
 from rollserve.tasks.lookup import SYSTEM_PROMPT

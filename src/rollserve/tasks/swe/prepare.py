@@ -18,8 +18,8 @@ from rollserve.errors import InvalidInputError, RollserveError
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.jobs import Task
 from rollserve.settings import Settings
-from rollserve.tasks import swe_build
-from rollserve.tasks.swe import SweCheck, SweFields, SweHandler, check_submission
+from rollserve.tasks.swe import build
+from rollserve.tasks.swe.handler import SweCheck, SweFields, SweHandler, check_submission
 
 
 class _Spec(BaseModel):
@@ -35,7 +35,7 @@ class Source(_Spec):
     @field_validator("pypi")
     @classmethod
     def _requirement(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(swe_build.REQUIREMENT, value):
+        if value is not None and not re.match(build.REQUIREMENT, value):
             raise ValueError(f"{value!r} is not NAME==VERSION")
         return value
 
@@ -200,7 +200,7 @@ async def prepare_task(
     try:
         report.stage = "build"
         await asyncio.to_thread(
-            swe_build.build,
+            build.build,
             task_dir,
             source,
             out / ".cache",
@@ -215,7 +215,7 @@ async def prepare_task(
             raise InvalidInputError("; ".join(problems))
     except (RollserveError, OSError) as exc:
         report.reason = exc.message if isinstance(exc, RollserveError) else str(exc)
-        await asyncio.to_thread(swe_build.remove, task_dir)
+        await asyncio.to_thread(build.remove, task_dir)
         return None
     finally:
         report.seconds = round(time.monotonic() - started, 2)

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict
 
 from rollserve.errors import InvalidInputError, RollserveError
-from rollserve.llm.engine import LocalEngine
+from rollserve.llm.local.engine import LocalEngine
 
 PauseMode = Literal["abort", "wait", "keep"]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import ImageConversionError, ImageCorruptError, ImageNotFoundError
+from rollserve.fixtures.oci_registry import LocalRegistry
 from rollserve.images import ImageStore
-from rollserve.images.registry import Reference
+from rollserve.images.remote import Reference
 from rollserve.settings import Settings
-from rollserve.testing.registry import LocalRegistry
 from tests.images.conftest import tiny_image
 from tests.servers import free_port
 
