@@ -11,9 +11,10 @@ from pydantic import ValidationError
 
 from rollserve.errors import InfrastructureError
 from rollserve.gateway.answers import chunks, completion
-from rollserve.gateway.base import Gateway, Refusal
+from rollserve.gateway.base import Refusal
 from rollserve.gateway.history import extends, normal, tools_key, why_new
 from rollserve.gateway.job import Reply
+from rollserve.gateway.keys import Gateway
 from rollserve.gateway.relay import relay_binary
 from rollserve.llm.parsers import parser_for_template
 from rollserve.schema.openai import ChatRequest

@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rollserve.errors import InvalidInputError
-from rollserve.gateway.base import Gateway
+from rollserve.gateway.keys import Gateway
 from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest

@@ -12,8 +12,8 @@ from typing import Any
 
 from rollserve.agents.base import RunContext
 from rollserve.errors import InvalidInputError
-from rollserve.gateway.base import Gateway
 from rollserve.gateway.job import GatewayJob
+from rollserve.gateway.keys import Gateway
 from rollserve.llm.parsers import parser_for_template
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry

@@ -19,8 +19,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from rollserve.bench.router import MemoryBackendStore
-from rollserve.gateway.base import Gateway
 from rollserve.gateway.job import GatewayJob
+from rollserve.gateway.keys import Gateway
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.parsers import default_parsers, parser_for_template
 from rollserve.llm.router import Router

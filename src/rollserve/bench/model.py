@@ -115,7 +115,8 @@ class ScriptedToolBackend:
             if self._at_checkpoint >= self.barrier_reached:
                 self.checkpoint.set()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.measured.wait(), self.script.checkpoint_timeout_s)
+                async with asyncio.timeout(self.script.checkpoint_timeout_s):
+                    await self.measured.wait()
         seconds = self.script.latency(prompt, turn)
         if self._slots is None:
             await self._generate(seconds)
@@ -154,7 +155,8 @@ class ScriptedToolBackend:
             self.barrier_reached = self._arrived
             self._released.set()
         try:
-            await asyncio.wait_for(self._released.wait(), self.script.barrier_timeout_s)
+            async with asyncio.timeout(self.script.barrier_timeout_s):
+                await self._released.wait()
         except TimeoutError:
             if not self._released.is_set():
                 self.barrier_reached = self._arrived

@@ -45,7 +45,8 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(asyncio.shield(process.wait()), _STOP_GRACE_S)
+            async with asyncio.timeout(_STOP_GRACE_S):
+                await process.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)

@@ -79,7 +79,9 @@ class Signal:
         """Wait for the next ``notify``, at most ``timeout`` seconds; False on timeout."""
         event = self._event
         try:
-            await asyncio.wait_for(event.wait(), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a waiter hung
+            async with asyncio.timeout(timeout):
+                await event.wait()
         except TimeoutError:
             return False
         return True
@@ -94,7 +96,8 @@ async def check_health(states: list[BackendState], timeout: float) -> bool:
 
 async def _check(state: BackendState, timeout: float) -> bool:
     try:
-        await asyncio.wait_for(state.backend.check(), timeout)
+        async with asyncio.timeout(timeout):
+            await state.backend.check()
     except TimeoutError:
         state.eject(f"health check: no answer within {timeout:g}s")
         return False

@@ -4,17 +4,37 @@ to another when that one fails, and wait out a pause of the model."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from rollserve.errors import BackendUnavailableError
 from rollserve.llm.base import LLMBackend
+from rollserve.llm.health import BackendState
 from rollserve.llm.pause import PauseAborted, Pauses
 from rollserve.schema.backends import BackendView
 
-if TYPE_CHECKING:
-    from rollserve.llm.router import Router
-
 T = TypeVar("T")
+
+
+class Routing(Protocol):
+    """What a route needs of the router (``rollserve.llm.router.Router``)."""
+
+    @property
+    def pauses(self) -> Pauses: ...
+
+    @property
+    def failover_attempts(self) -> int: ...
+
+    def state(self, backend_id: str) -> BackendState | None: ...
+
+    def newest_version(self, model: str | None) -> int | None: ...
+
+    async def acquire(
+        self, model: str | None, sticky: str | None, floor: int | None = None
+    ) -> BackendState: ...
+
+    def release(self, state: BackendState) -> None: ...
+
+    async def wait_changed(self, timeout: float) -> bool: ...
 
 
 class RouteSession:
@@ -23,7 +43,7 @@ class RouteSession:
     the call fails over to another. ``floor`` is the oldest policy version its next call may
     use (bounded staleness)."""
 
-    def __init__(self, router: Router, key: str, model: str | None) -> None:
+    def __init__(self, router: Routing, key: str, model: str | None) -> None:
         self.key = key
         self.model = model
         self.floor: int | None = None
@@ -33,7 +53,7 @@ class RouteSession:
     @property
     def backend(self) -> BackendView | None:
         """The backend this trajectory sticks to, if it is still registered."""
-        state = self._router._states.get(self._sticky) if self._sticky else None
+        state = self._router.state(self._sticky) if self._sticky else None
         return state.view() if state is not None else None
 
     @property
@@ -46,8 +66,8 @@ class RouteSession:
     async def pick(self) -> LLMBackend:
         """The backend the next call will go to (waiting up to ``llm_wait_s`` for one), made
         sticky; nothing is sent or counted."""
-        state = await self._router._acquire(self.model, self._sticky, self.floor)
-        self._router._release(state)
+        state = await self._router.acquire(self.model, self._sticky, self.floor)
+        self._router.release(state)
         self._sticky = state.id
         return state.backend
 
@@ -55,7 +75,7 @@ class RouteSession:
         """Wait while the model is paused (after an aborted generation)."""
         router = self._router
         while self.pauses.paused(self.model):
-            await router._changed.wait(60.0)
+            await router.wait_changed(60.0)
 
     async def call(self, fn: Callable[[LLMBackend], Awaitable[T]]) -> tuple[T, BackendView]:
         """Run ``fn`` on a chosen backend; returns its result and the backend's registration
@@ -66,9 +86,9 @@ class RouteSession:
         router = self._router
         error: BackendUnavailableError | None = None
         attempts = 0
-        while attempts < router._settings.llm_failover_attempts:
+        while attempts < router.failover_attempts:
             try:
-                state = await router._acquire(self.model, self._sticky, self.floor)
+                state = await router.acquire(self.model, self._sticky, self.floor)
             except BackendUnavailableError as exc:
                 if error is None:
                     raise
@@ -91,7 +111,7 @@ class RouteSession:
                 state.failures += 1
                 raise
             finally:
-                router._release(state)
+                router.release(state)
             state.served += 1
             self._sticky = state.id
             return result, sent

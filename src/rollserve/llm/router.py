@@ -289,6 +289,18 @@ class Router:
             s.in_flight for s in [*self._states.values(), *self._retired] if s.spec.model == model
         )
 
+    def state(self, backend_id: str) -> BackendState | None:
+        """A registered backend taking calls."""
+        return self._states.get(backend_id)
+
+    async def wait_changed(self, timeout: float) -> bool:
+        """Wait for the next change (a call ends, a backend comes or goes, a pause)."""
+        return await self._changed.wait(timeout)
+
+    @property
+    def failover_attempts(self) -> int:
+        return self._settings.llm_failover_attempts
+
     def session(self, key: str, model: str | None) -> RouteSession:
         """The route of one trajectory: its calls stick to one backend while it is usable."""
         return RouteSession(self, key, model)
@@ -339,7 +351,7 @@ class Router:
     def _usable_for(self, state: BackendState, model: str | None, floor: int | None) -> bool:
         return (model is None or state.spec.model == model) and self._admissible(state, floor)
 
-    async def _acquire(
+    async def acquire(
         self, model: str | None, sticky: str | None, floor: int | None = None
     ) -> BackendState:
         """A backend for one call, counted in flight; waits up to ``llm_wait_s`` for one, and
@@ -366,7 +378,8 @@ class Router:
                 )
             await self._changed.wait(remaining)
 
-    def _release(self, state: BackendState) -> None:
+    def release(self, state: BackendState) -> None:
+        """A call on ``state`` ended."""
         state.in_flight -= 1
         self._changed.notify()
         model = state.spec.model

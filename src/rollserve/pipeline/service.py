@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rollserve.errors import InvalidInputError, JobNotFoundError
-from rollserve.gateway.base import Gateway
+from rollserve.gateway.keys import Gateway
 from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import Router
 from rollserve.llm.session import Models

@@ -13,7 +13,7 @@ from typing import Any
 
 from rollserve.agents.base import Agent, RunContext, ShapesSandbox, TurnHook
 from rollserve.errors import LayerLostError
-from rollserve.gateway.base import Gateway
+from rollserve.gateway.keys import Gateway
 from rollserve.llm.session import Models, ModelSession, VersionBound
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.pipeline.layers import Layers

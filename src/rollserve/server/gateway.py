@@ -13,8 +13,9 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from rollserve.gateway.answers import chunks, completion
-from rollserve.gateway.base import Gateway, Refusal
+from rollserve.gateway.base import Refusal
 from rollserve.gateway.job import GatewayJob
+from rollserve.gateway.keys import Gateway
 from rollserve.schema.openai import ChatRequest, OpenAIErrorBody
 from rollserve.server import errors
 

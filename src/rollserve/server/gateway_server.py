@@ -13,7 +13,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
-from rollserve.gateway.base import Gateway
+from rollserve.gateway.keys import Gateway
 from rollserve.server.gateway import gateway_routes
 
 

@@ -69,7 +69,8 @@ class Terminal:
         """Until new output arrives, or ``seconds`` pass."""
         self._event.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._event.wait(), max(seconds, 0.001))
+            async with asyncio.timeout(max(seconds, 0.001)):
+                await self._event.wait()
 
     async def write(self, data: bytes, deadline: float | None = None) -> bool:
         """Type ``data``, waiting while the terminal's input queue is full. Returns False if
@@ -108,7 +109,8 @@ class Terminal:
         loop.add_writer(self.tty.master_fd, wake)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(ready, max(seconds, 0.001))
+                async with asyncio.timeout(max(seconds, 0.001)):
+                    await ready
         finally:
             if not self.tty.closed:
                 loop.remove_writer(self.tty.master_fd)
