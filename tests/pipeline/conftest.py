@@ -68,6 +68,15 @@ class Pipeline:
         raise AssertionError(f"job {job_id} never got there: {self.store.get(job_id)}")
 
 
+async def until_true(predicate: Callable[[], bool], what: str, timeout: float = 10) -> None:
+    """Wait until ``predicate()`` holds; AssertionError naming ``what`` after ``timeout``."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened within {timeout:g}s: {what}")
+        await asyncio.sleep(0.02)
+
+
 def echo_request(
     prompt: str = "hello", *, commands: list[str] | None = None, **task: Any
 ) -> JobRequest:

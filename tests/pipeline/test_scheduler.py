@@ -17,13 +17,29 @@ import pytest
 from rollserve.errors import InvalidInputError, UnknownNameError
 from rollserve.schema.jobs import JobRequest, RolloutResult
 from rollserve.storage import JobStatus, NewJob, Stage
-from tests.pipeline.conftest import Pipeline, echo_request
+from tests.pipeline.conftest import Pipeline, echo_request, until_true
 
 
 def _no_sandboxes_left(pipe: Pipeline) -> None:
     state_dir: Path = pipe.sandboxes.settings.state_dir
     assert list(state_dir.iterdir()) == [] if state_dir.exists() else True
     assert pipe.sandboxes.live == {}
+
+
+async def _until_no_sandboxes_left(pipe: Pipeline) -> None:
+    """A sandbox closes just after its job ends: wait for it, then check nothing is left."""
+    await until_true(lambda: not pipe.sandboxes.live, "every sandbox closed")
+    _no_sandboxes_left(pipe)
+
+
+def _running(pipe: Pipeline, command: str) -> bool:
+    """Whether a process named ``command`` runs in one of the pipeline's sandboxes."""
+    for sandbox in list(pipe.sandboxes.live.values()):
+        for process in sandbox.host_processes():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{process.pid}/comm").read_text().strip() == command:
+                    return True
+    return False
 
 
 async def test_a_job_goes_through_all_stages(pipeline_factory: Callable[..., Any]) -> None:
@@ -70,27 +86,29 @@ async def _cancel(pipe: Pipeline, job_id: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("stage_status", "request_fields"),
+    ("stage_status", "request_fields", "at_work"),
     [
-        (JobStatus.INITIALIZING, {"init_delay_s": 30}),
-        (JobStatus.RUNNING, {"commands": ["sleep 30"]}),
-        (JobStatus.EVALUATING, {"eval_delay_s": 30}),
+        (JobStatus.INITIALIZING, {"init_delay_s": 30}, lambda p: p.echo.prepared.get("c")),
+        (JobStatus.RUNNING, {"commands": ["sleep 30"]}, lambda p: _running(p, "sleep")),
+        (JobStatus.EVALUATING, {"eval_delay_s": 30}, lambda p: p.echo.evaluating.get("c")),
     ],
 )
 async def test_cancellation_frees_the_sandbox_at_every_stage(
-    pipeline_factory: Callable[..., Any], stage_status: JobStatus, request_fields: dict[str, Any]
+    pipeline_factory: Callable[..., Any],
+    stage_status: JobStatus,
+    request_fields: dict[str, Any],
+    at_work: Callable[[Pipeline], bool],
 ) -> None:
     async with pipeline_factory() as pipe:
         [job_id] = pipe.submit(echo_request("c", **request_fields))
         await pipe.until(job_id, lambda r: r.status == stage_status)
-        await asyncio.sleep(0.3)  # well inside the stage
+        await until_true(lambda: bool(at_work(pipe)), f"the {stage_status} stage at work")
         started = time.monotonic()
         await _cancel(pipe, job_id)
         [record] = await pipe.wait([job_id], timeout=10)
         assert record.status == JobStatus.CANCELLED
         assert time.monotonic() - started < 5
-        await asyncio.sleep(0.2)
-        _no_sandboxes_left(pipe)
+        await _until_no_sandboxes_left(pipe)
 
 
 async def test_cancelling_a_queued_job_and_a_group(pipeline_factory: Callable[..., Any]) -> None:
@@ -106,8 +124,7 @@ async def test_cancelling_a_queued_job_and_a_group(pipeline_factory: Callable[..
         assert all(r.status == JobStatus.CANCELLED for r in records)
         await _cancel(pipe, busy_id)
         await pipe.wait([busy_id], timeout=10)
-        await asyncio.sleep(0.2)
-        _no_sandboxes_left(pipe)
+        await _until_no_sandboxes_left(pipe)
 
 
 async def test_run_timeout_keeps_the_partial_episode_and_evaluates_it(
@@ -160,7 +177,7 @@ async def test_a_sandbox_killed_mid_run_is_retried_in_a_new_one(
     async with pipeline_factory() as pipe:
         [job_id] = pipe.submit(echo_request("k", commands=["sleep 2", "printf k > answer.txt"]))
         await pipe.until(job_id, lambda r: r.status == JobStatus.RUNNING)
-        await asyncio.sleep(0.3)
+        await until_true(lambda: _running(pipe, "sleep"), "the agent's command running")
         [sandbox] = pipe.sandboxes.live.values()
         for process in sandbox.host_processes():  # as an OOM killer or an operator would
             with contextlib.suppress(ProcessLookupError):
@@ -168,8 +185,7 @@ async def test_a_sandbox_killed_mid_run_is_retried_in_a_new_one(
         [record] = await pipe.wait([job_id])
         assert record.status == JobStatus.COMPLETED and record.attempts == 2
         assert RolloutResult.model_validate(record.result).reward == 1.0
-        await asyncio.sleep(0.2)
-        _no_sandboxes_left(pipe)
+        await _until_no_sandboxes_left(pipe)
 
 
 async def test_persistent_infrastructure_failure_fails_the_job(
@@ -193,9 +209,15 @@ async def test_the_same_job_id_runs_once(pipeline_factory: Callable[..., Any]) -
         assert pipe.submit(request) == ["fixed"]
         assert pipe.submit(request) == ["fixed"]
         await pipe.wait(["fixed"])
-        pipe.submit(request)
-        await asyncio.sleep(0.5)
-        assert pipe.echo.evaluations == 1
+        assert pipe.submit(request) == ["fixed"]
+        again = pipe.store.get("fixed")
+        assert again is not None and again.stage == Stage.DONE  # not queued again
+        # The repeat would have been claimed before a job submitted after it.
+        later = pipe.submit(echo_request("later").model_copy(update={"job_id": "later"}))
+        await pipe.wait(later)
+        assert pipe.echo.evaluations == 2
+        record = pipe.store.get("fixed")
+        assert record is not None and record.attempts == 1
 
 
 async def test_bad_requests_are_refused_before_queueing(
@@ -328,9 +350,11 @@ async def test_idle_workers_do_not_all_poll_the_store(
             return claim(*args, **kwargs)
 
         pipe.store.claim = counted  # type: ignore[method-assign]
-        await asyncio.sleep(2.0)
-        # One claimer per stage looks every half second (80 idle workers would make ~320).
-        assert claims <= 3 * 6
+        began = time.monotonic()
+        await until_true(lambda: claims >= 3 * 4, "four looks per stage")
+        # One claimer per stage looks every half second: 80 idle workers would make 80 looks.
+        looks = (time.monotonic() - began) / 0.5 + 2
+        assert claims <= 3 * looks
         ids = pipe.submit(*(echo_request(f"p{i}") for i in range(10)))
         records = await pipe.wait(ids)
         assert all(r.status == JobStatus.COMPLETED for r in records)

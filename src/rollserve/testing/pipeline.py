@@ -38,6 +38,7 @@ class EchoHandler:
         self.init_failures: dict[str, int] = {}
         self.eval_failures: dict[str, int] = {}
         self.prepared: dict[str, int] = {}  # inits that got as far as the workspace
+        self.evaluating: dict[str, int] = {}  # evaluations that got as far as their sandbox
         self.evaluations = 0
 
     def _extra(self, task: Task) -> dict[str, Any]:
@@ -90,6 +91,7 @@ class EchoHandler:
             raise SandboxStartError(f"injected eval failure {failed + 1}")
         async with open_sandbox() as sandbox:  # a fresh sandbox, as repository tasks use
             await sandbox.write_file("submitted.txt", (output.submission or "").encode())
+            self.evaluating[task.task_id] = self.evaluating.get(task.task_id, 0) + 1
             await asyncio.sleep(float(self._extra(task).get("eval_delay_s", 0)))
             same = (await sandbox.read_file("submitted.txt")).decode() == task.prompt
         self.evaluations += 1
