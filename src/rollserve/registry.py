@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from rollserve.errors import UnknownNameError
 
 T = TypeVar("T")
+A = TypeVar("A")
 
 
 class Registry(Generic[T]):
@@ -38,3 +39,12 @@ class Registry(Generic[T]):
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._items)
+
+
+def made(factories: Registry[Callable[[A], T]], arg: A) -> Registry[T]:
+    """The plug-ins ``factories`` make from ``arg`` (a node's settings), under the same names
+    and in the same order."""
+    registry: Registry[T] = Registry(factories.kind)
+    for name in factories:
+        registry.register(name, factories.get(name)(arg))
+    return registry

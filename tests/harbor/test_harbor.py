@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
 from rollserve.tasks.harbor_import import import_dirs

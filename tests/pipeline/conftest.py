@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.pipeline.scheduler import Scheduler
-from rollserve.pipeline.stages import Plugins, StageRunner, validate
+from rollserve.pipeline.stages import StageRunner, validate
+from rollserve.plugins import Plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import JobRequest
 from rollserve.settings import Settings

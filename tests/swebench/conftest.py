@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 
 from rollserve.fixtures.swebench_image import build_instance_image, load_recipe
-from rollserve.pipeline.plugins import default_plugins
-from rollserve.pipeline.service import RolloutService
+from rollserve.node import build_node, default_plugins
 from rollserve.schema.jobs import JobRequest, Task
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord
@@ -81,7 +80,7 @@ def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
 
 async def run_jobs(settings: Settings, requests: list[JobRequest]) -> list[JobRecord]:
     """Submit ``requests`` to an in-process pipeline and wait for every one to end."""
-    service = RolloutService(settings, default_plugins())
+    service = build_node(settings, default_plugins())
     await service.start()
     try:
         await service.submit(requests)

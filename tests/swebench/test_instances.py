@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rollserve.pipeline.validation import validate_tasks
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
+from rollserve.validation import validate_tasks
 from tests.conformance.conftest import require
 from tests.integration.conftest import Server, scripted_job, tool_call
 from tests.leaks import mounts_under

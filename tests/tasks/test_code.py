@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from rollserve.errors import InfrastructureError, InvalidInputError
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.pipeline.stages import StageRunner, validate
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.jobs import ExitReason, JobRequest, RolloutResult, Task

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rollserve.errors import InfrastructureError
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import ExitReason, JobRequest, RolloutResult, Task

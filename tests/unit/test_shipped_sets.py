@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.schema.jobs import JobRequest
 from rollserve.tasks.math import answers_match
 

@@ -23,7 +23,7 @@ from rollserve.errors import BackendUnavailableError
 from rollserve.llm.router import BackendFactory, Router
 from rollserve.llm.session import Models
 from rollserve.llm.templates import TemplateCache
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.pipeline.scheduler import Scheduler
 from rollserve.pipeline.stages import StageRunner, validate
 from rollserve.registry import Registry

@@ -30,7 +30,7 @@ from rollserve.cli.images import images_app
 from rollserve.cli.learn import learn_cmd
 from rollserve.cli.llm import llm_app
 from rollserve.cli.processes import serve_processes
-from rollserve.cli.serve import announce_when_ready, serve
+from rollserve.cli.serve import announce_when_ready, load_plugins, serve
 from rollserve.cli.submit import submit
 from rollserve.cli.tasks import tasks_app
 from rollserve.cli.view import view_cmd
@@ -382,11 +382,12 @@ def serve_cmd(
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
-    open_store(settings).close()  # a store_url that names no usable store: one line, no server
+    loaded = load_plugins(plugins or [])  # a plug-in that does not load: one line, no server
+    open_store(settings, loaded.stores).close()  # nor a store_url that names no usable store
     if announce is not None and fd is None:
         announce_when_ready(announce, host, port, tls=settings.ssl_certfile is not None)
     if processes == 1:
-        serve(settings, host, port, plugins or [], fd=fd)
+        serve(settings, host, port, loaded, fd=fd)
         return
     child_args = [f"--data-dir={settings.data_dir}"]
     child_args += [f"--config={config}"] if config else []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import socket
 import threading
@@ -11,30 +10,23 @@ from pathlib import Path
 import uvicorn
 
 from rollserve.client import wait_ready
-from rollserve.errors import InvalidInputError
-from rollserve.pipeline.plugins import default_plugins
-from rollserve.pipeline.stages import Plugins
+from rollserve.node import default_plugins
+from rollserve.plugins import Plugins, add_plugins
 from rollserve.server.app import create_app
 from rollserve.settings import Settings
 
 
-def load_plugins(modules: list[str]) -> Plugins:
-    """The built-in plug-ins plus those of each module's ``register(plugins)``."""
-    plugins = default_plugins()
-    for name in modules:
-        module = importlib.import_module(name)
-        register = getattr(module, "register", None)
-        if register is None:
-            raise InvalidInputError(f"plug-in module {name} has no register(plugins) function")
-        register(plugins)
-    return plugins
+def load_plugins(modules: list[str], *, entry_points: bool = True) -> Plugins:
+    """The built-in plug-ins, those installed packages announce (``rollserve.plugins``
+    entry points), and each module's ``register(plugins)``."""
+    return add_plugins(default_plugins(), modules, entry_points=entry_points)
 
 
 def serve(
-    settings: Settings, host: str, port: int, plugins: list[str], *, fd: int | None = None
+    settings: Settings, host: str, port: int, plugins: Plugins, *, fd: int | None = None
 ) -> None:
     """Run one node until SIGTERM/SIGINT; ``fd``: on a socket its parent bound."""
-    app = create_app(settings, load_plugins(plugins))
+    app = create_app(settings, plugins)
     certfile, keyfile = settings.ssl_certfile, settings.ssl_keyfile
     if fd is not None:
         uvicorn.run(

@@ -12,17 +12,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from rollserve.pipeline.validation import (
+from rollserve.settings import Settings
+from rollserve.tasks.harbor_import import import_dirs
+from rollserve.tasks.swe.prepare import TaskReport, prepare_specs
+from rollserve.tasks.swebench.rows import DEFAULT_IMAGE_TEMPLATE, import_rows
+from rollserve.validation import (
     PatchCheck,
     TaskCheck,
     read_tasks,
     validate_tasks,
     write_report,
 )
-from rollserve.settings import Settings
-from rollserve.tasks.harbor_import import import_dirs
-from rollserve.tasks.swe.prepare import TaskReport, prepare_specs
-from rollserve.tasks.swebench.rows import DEFAULT_IMAGE_TEMPLATE, import_rows
 
 tasks_app = typer.Typer(help="Task sets.", no_args_is_help=True)
 import_app = typer.Typer(help="Tasks from other formats.", no_args_is_help=True)

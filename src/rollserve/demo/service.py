@@ -14,7 +14,7 @@ from pathlib import Path
 import uvicorn
 
 from rollserve.errors import InfrastructureError
-from rollserve.pipeline.plugins import default_plugins
+from rollserve.node import default_plugins
 from rollserve.server.app import create_app
 from rollserve.settings import Settings
 

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,31 +20,36 @@ from rollserve.images.oci_archive import OciArchiveSource
 from rollserve.images.oci_layout import OciLayoutSource
 from rollserve.images.remote import RegistrySource
 from rollserve.images.sif import SifSource
-from rollserve.registry import Registry
+from rollserve.registry import Registry, made
 from rollserve.settings import Settings
 
 HOST = "host"
 
 
-def default_sources(settings: Settings) -> Registry[ImageSource]:
-    """The built-in image sources, in the order they are asked to claim a reference."""
-    registry: Registry[ImageSource] = Registry("image source")
-    sources: tuple[ImageSource, ...] = (
-        OciArchiveSource(),
-        DockerArchiveSource(),
-        OciLayoutSource(),
-        SifSource(settings.apptainer_binary),
-        RegistrySource(
-            settings.image_cache / "tmp",
-            settings.registry_mirror,
-            settings.registry_insecure,
-            settings.registry_timeout_s,
-        ),
-        DirectorySource(),
+def source_factories() -> Registry[Callable[[Settings], ImageSource]]:
+    """The built-in image sources by name, in the order they are asked to claim a reference."""
+    factories: Registry[Callable[[Settings], ImageSource]] = Registry("image source")
+    factories.register(OciArchiveSource.name, lambda settings: OciArchiveSource())
+    factories.register(DockerArchiveSource.name, lambda settings: DockerArchiveSource())
+    factories.register(OciLayoutSource.name, lambda settings: OciLayoutSource())
+    factories.register(SifSource.name, lambda settings: SifSource(settings.apptainer_binary))
+    factories.register(RegistrySource.name, _remote)
+    factories.register(DirectorySource.name, lambda settings: DirectorySource())
+    return factories
+
+
+def _remote(settings: Settings) -> ImageSource:
+    return RegistrySource(
+        settings.image_cache / "tmp",
+        settings.registry_mirror,
+        settings.registry_insecure,
+        settings.registry_timeout_s,
     )
-    for source in sources:
-        registry.register(source.name, source)
-    return registry
+
+
+def default_sources(settings: Settings) -> Registry[ImageSource]:
+    """The built-in image sources, made for ``settings``."""
+    return made(source_factories(), settings)
 
 
 @dataclass

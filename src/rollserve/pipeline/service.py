@@ -11,20 +11,19 @@ from typing import Any
 
 from rollserve.errors import InvalidInputError, JobNotFoundError
 from rollserve.gateway.keys import Gateway
-from rollserve.llm.kinds import default_kinds
 from rollserve.llm.router import Router
-from rollserve.llm.session import Models
 from rollserve.llm.templates import ChatTemplate, TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
-from rollserve.pipeline.stages import Plugins, StageRunner, validate
+from rollserve.pipeline.stages import validate
 from rollserve.pipeline.trajectories import add_token_text, build_trajectory
+from rollserve.plugins import Plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.api import JobQuery, JobsPage, Trajectory
 from rollserve.schema.backends import ModelState, PauseRequest
 from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, Stage, Submitted
-from rollserve.storage.registry import open_store
+from rollserve.storage.base import Store
 
 # Long-polls wake at once on changes the store announces (every node's, on PostgreSQL); a
 # store that announces nothing (SQLite shared by processes) is looked at this often.
@@ -36,22 +35,27 @@ _PAUSE_POLL_S = 0.1
 class RolloutService:
     """Owns everything a ``rollserve serve`` process runs; ``start``/``stop`` bracket it."""
 
-    def __init__(self, settings: Settings, plugins: Plugins) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        plugins: Plugins,
+        *,
+        store: Store,
+        sandboxes: SandboxManager,
+        templates: TemplateCache,
+        router: Router,
+        gateway: Gateway,
+        scheduler: Scheduler,
+    ) -> None:
+        """Made by :func:`rollserve.node.build_node`, which assembles the parts."""
         self.settings = settings
         self.plugins = plugins
-        self.store = open_store(settings)
-        self.sandboxes = SandboxManager(settings)
-        self.templates = TemplateCache()
-        self.router = Router(settings, self.store, default_kinds(self.templates))
-        models = Models(self.router, self.templates, settings.llm_abort_resumes)
-        self.gateway = Gateway()
-        self.scheduler = Scheduler(
-            settings,
-            self.store,
-            StageRunner(settings, self.sandboxes, plugins, models, self.gateway),
-            paused=self.router.pause_report,
-        )
-        self.router.on_pause_change = self.scheduler.beat_now
+        self.store = store
+        self.sandboxes = sandboxes
+        self.templates = templates
+        self.router = router
+        self.gateway = gateway
+        self.scheduler = scheduler
         self.started = time.time()
         self._purger: asyncio.Task[None] | None = None
         self._unsubscribe: Callable[[], None] | None = None

@@ -7,33 +7,22 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollserve.agents.base import Agent, RunContext, ShapesSandbox, TurnHook
+from rollserve.agents.base import RunContext, ShapesSandbox, TurnHook
 from rollserve.errors import LayerLostError
 from rollserve.gateway.keys import Gateway
 from rollserve.llm.session import Models, ModelSession, VersionBound
-from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.pipeline.layers import Layers
-from rollserve.registry import Registry
-from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
+from rollserve.plugins import Plugins
+from rollserve.sandbox import SandboxInstance, SandboxManager
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest, RolloutResult
 from rollserve.schema.sandbox import Bind, SandboxSpec
 from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
-from rollserve.tasks.base import Evaluation, HasStageTimeouts, RunOutput, TaskHandler
-
-
-@dataclass
-class Plugins:
-    """The handlers, agents and tool-call parsers a pipeline knows, by name."""
-
-    handlers: Registry[TaskHandler]
-    agents: Registry[Agent]
-    parsers: Registry[ToolCallParser]
+from rollserve.tasks.base import Evaluation, HasStageTimeouts, RunOutput
 
 
 def agent_config(request: JobRequest) -> AgentConfig:
@@ -63,7 +52,7 @@ def stage_timeout(
     return float(value) if value is not None else default
 
 
-def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
+def base_spec(request: JobRequest, sandboxes: SandboxManager) -> SandboxSpec:
     """The sandbox spec from the server's defaults and the task's own choices."""
     ref = request.task.sandbox
     fields: dict[str, Any] = {}
@@ -75,8 +64,8 @@ def base_spec(request: JobRequest, settings: Settings) -> SandboxSpec:
         fields["network"] = ref.network
         if ref.limits is not None:
             fields["limits"] = ref.limits
-    backend = (ref.backend if ref and ref.backend else None) or settings.default_sandbox_backend
-    return spec_for(backend, **fields)
+    default = sandboxes.settings.default_sandbox_backend
+    return sandboxes.spec_for((ref.backend if ref and ref.backend else None) or default, **fields)
 
 
 class StageRunner:
@@ -106,7 +95,7 @@ class StageRunner:
 
     async def init(self, request: JobRequest) -> SandboxInstance | None:
         handler = self.plugins.handlers.get(request.task.kind)
-        spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
+        spec = handler.sandbox_spec(request.task, base_spec(request, self.sandboxes))
         if spec is None:
             return None
         config = agent_config(request)
@@ -179,7 +168,7 @@ class StageRunner:
 
         @asynccontextmanager
         async def fresh_sandbox(binds: Sequence[Bind] = ()) -> AsyncIterator[Sandbox]:
-            spec = handler.sandbox_spec(request.task, base_spec(request, self.settings))
+            spec = handler.sandbox_spec(request.task, base_spec(request, self.sandboxes))
             if spec is None:
                 raise RuntimeError(f"task kind {request.task.kind!r} has no sandbox to open")
             changes: dict[str, Any] = {"binds": [*spec.binds, *binds]}

@@ -20,6 +20,7 @@ class ApptainerBackend:
     a writable tmpfs over the image, the workspace bound at /workspace, no home directory."""
 
     name = "apptainer"
+    spec_type = ApptainerSpec
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -85,9 +85,13 @@ class TtyProcess:
 
 
 class SandboxBackend(Protocol):
-    """A kind of sandbox (bwrap, apptainer, local), registered by name."""
+    """A kind of sandbox (bwrap, apptainer, local), registered by name; ``spec_type`` is its
+    spec (``SandboxSpec`` with the backend's own fields, ``backend`` fixed to ``name``)."""
 
     name: str
+
+    @property
+    def spec_type(self) -> type[SandboxSpec]: ...
 
     def availability(self) -> Availability:
         """Whether this backend can start sandboxes on this host."""

@@ -34,6 +34,7 @@ class BwrapBackend:
     """Sandboxes made with ``bwrap``: own user, PID, IPC, UTS and network namespaces."""
 
     name = "bwrap"
+    spec_type = BwrapSpec
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

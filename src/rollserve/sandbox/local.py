@@ -24,6 +24,7 @@ class LocalBackend:
     """Processes run directly on the host, in the sandbox's workspace directory."""
 
     name = "local"
+    spec_type = LocalSpec
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

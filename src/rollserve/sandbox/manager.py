@@ -31,9 +31,6 @@ from rollserve.sandbox.local import LocalBackend
 from rollserve.sandbox.workspace import Layout, copy_tree, image_directory, lay_out
 from rollserve.schema.sandbox import (
     RUN_DIR,
-    ApptainerSpec,
-    BwrapSpec,
-    LocalSpec,
     SandboxLimits,
     SandboxSpec,
     check_guest_workspace,
@@ -42,28 +39,24 @@ from rollserve.settings import Settings
 
 log = logging.getLogger(__name__)
 
-_SPEC_TYPES: dict[str, type[BwrapSpec | ApptainerSpec | LocalSpec]] = {
-    "bwrap": BwrapSpec,
-    "apptainer": ApptainerSpec,
-    "local": LocalSpec,
-}
+BUILT_IN = (BwrapBackend, ApptainerBackend, LocalBackend)
+
+
+def spec_for(backend: str, **fields: object) -> SandboxSpec:
+    """A spec of a built-in backend (``image``, ``template``, ``limits`` …); a node's own
+    backends, plug-ins included: :meth:`SandboxManager.spec_for`."""
+    for kind in BUILT_IN:
+        if kind.name == backend:
+            return kind.spec_type.model_validate(fields)
+    raise UnknownNameError("sandbox backend", backend, [kind.name for kind in BUILT_IN])
 
 
 def default_backends(settings: Settings) -> Registry[SandboxBackend]:
     """A registry holding the built-in backends."""
     registry: Registry[SandboxBackend] = Registry("sandbox backend")
-    for backend in (BwrapBackend(settings), ApptainerBackend(settings), LocalBackend(settings)):
-        registry.register(backend.name, backend)
+    for kind in BUILT_IN:
+        registry.register(kind.name, kind(settings))
     return registry
-
-
-def spec_for(backend: str, **fields: object) -> SandboxSpec:
-    """A spec of the named built-in backend (``image``, ``template``, ``limits`` …)."""
-    try:
-        spec_type = _SPEC_TYPES[backend]
-    except KeyError:
-        raise UnknownNameError("sandbox backend", backend, list(_SPEC_TYPES)) from None
-    return spec_type.model_validate(fields)
 
 
 class SandboxManager:
@@ -90,6 +83,12 @@ class SandboxManager:
         self._warned: set[str] = set()  # limits already said to be unenforced here
         # Where given (benchmarks), each close appends the seconds it took.
         self.close_times: list[float] | None = None
+
+    def spec_for(self, backend: str, **fields: object) -> SandboxSpec:
+        """A spec of the backend called ``backend`` (``image``, ``template``, ``limits`` …);
+        an unknown name lists the known ones."""
+        spec: SandboxSpec = self.backends.get(backend).spec_type.model_validate(fields)
+        return spec
 
     async def __aenter__(self) -> SandboxManager:
         await asyncio.to_thread(self.reap)

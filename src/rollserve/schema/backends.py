@@ -53,7 +53,12 @@ class BackendSpec(WireModel):
     id: str | None = Field(
         None, min_length=1, max_length=200, description="default: derived from the url"
     )
-    kind: Literal["vllm", "sglang", "openai"] = "openai"
+    kind: str = Field(
+        "openai",
+        min_length=1,
+        max_length=100,
+        description="the server's kind: vllm, sglang, openai, or one a plug-in adds",
+    )
     url: str = Field(
         pattern=r"^https?://",
         max_length=2048,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -83,7 +83,11 @@ def check_bind_target(value: str) -> str:
     return str(path)
 
 
-class _SpecBase(_Model):
+class SandboxSpec(_Model):
+    """What a sandbox is made of, whatever its backend: each backend's own spec (its
+    ``spec_type``) adds its fields and fixes ``backend`` to its name."""
+
+    backend: str
     template: Path | None = Field(
         None, description="directory copied into the sandbox's private workspace"
     )
@@ -138,7 +142,7 @@ class _SpecBase(_Model):
         return check_guest_workspace(value)
 
     @model_validator(mode="after")
-    def _one_workspace(self) -> _SpecBase:
+    def _one_workspace(self) -> SandboxSpec:
         if self.workspace is not None and self.template is not None:
             raise ValueError("give a template or a workspace inside the image, not both")
         if self.lower_layers and not self.writable_root:
@@ -148,7 +152,7 @@ class _SpecBase(_Model):
         return self
 
 
-class BwrapSpec(_SpecBase):
+class BwrapSpec(SandboxSpec):
     """A bubblewrap sandbox: the host's system directories or a root-filesystem directory."""
 
     backend: Literal["bwrap"] = "bwrap"
@@ -159,7 +163,7 @@ class BwrapSpec(_SpecBase):
     )
 
 
-class ApptainerSpec(_SpecBase):
+class ApptainerSpec(SandboxSpec):
     """An Apptainer/Singularity sandbox from a .sif file or a sandbox directory."""
 
     backend: Literal["apptainer"] = "apptainer"
@@ -170,13 +174,10 @@ class ApptainerSpec(_SpecBase):
     )
 
 
-class LocalSpec(_SpecBase):
+class LocalSpec(SandboxSpec):
     """A temporary directory on the host and no isolation at all: development only."""
 
     backend: Literal["local"] = "local"
-
-
-SandboxSpec = Annotated[BwrapSpec | ApptainerSpec | LocalSpec, Field(discriminator="backend")]
 
 
 class ExecResult(_Model):

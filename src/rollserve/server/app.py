@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from rollserve import __version__
-from rollserve.pipeline.service import RolloutService
-from rollserve.pipeline.stages import Plugins
+from rollserve.node import build_node
+from rollserve.plugins import Plugins
 from rollserve.server import errors
 from rollserve.server.gateway import gateway_routes
 from rollserve.server.gateway_server import GatewayServer
@@ -27,7 +27,7 @@ def create_app(settings: Settings, plugins: Plugins) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        service = RolloutService(settings, plugins)
+        service = build_node(settings, plugins)
         await service.start()
         app.state.service = service
         app.state.gateway = service.gateway

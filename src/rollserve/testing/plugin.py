@@ -3,7 +3,7 @@ script agent."""
 
 from __future__ import annotations
 
-from rollserve.pipeline.stages import Plugins
+from rollserve.plugins import Plugins
 from rollserve.testing.keyword import KeywordHandler
 from rollserve.testing.pipeline import EchoHandler, ScriptAgent
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rollserve.errors import InvalidInputError, RollserveError
-from rollserve.sandbox import SandboxManager, spec_for
+from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import Task
 from rollserve.settings import Settings
 from rollserve.tasks.swe import build
@@ -174,7 +174,7 @@ async def _validate(task: Task, gold_patch: str, manager: SandboxManager) -> tup
     """The task's hidden tests run in two sandboxes: without a fix and with the gold patch."""
     handler = SweHandler()
     fields = handler.fields(task)
-    spec = handler.sandbox_spec(task, spec_for(manager.settings.default_sandbox_backend))
+    spec = handler.sandbox_spec(task, manager.spec_for(manager.settings.default_sandbox_backend))
     assert spec is not None
 
     async def check(submission: str | None) -> SweCheck:

@@ -1,0 +1,1 @@
+"""A module named as a plug-in that has no register function."""
