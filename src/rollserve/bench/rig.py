@@ -20,19 +20,15 @@ from typing import Any
 
 from rollserve.bench.model import ModelScript, ScriptedToolBackend, ScriptedToolFactory
 from rollserve.errors import BackendUnavailableError
-from rollserve.llm.router import BackendFactory, Router
-from rollserve.llm.session import Models
+from rollserve.llm.base import LLMBackend
 from rollserve.llm.templates import TemplateCache
-from rollserve.node import default_plugins
+from rollserve.node import build_node, default_plugins
 from rollserve.pipeline.scheduler import Scheduler
-from rollserve.pipeline.stages import StageRunner, validate
-from rollserve.registry import Registry
-from rollserve.sandbox import SandboxManager
-from rollserve.schema.backends import BackendSpec
+from rollserve.pipeline.stages import validate
+from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.schema.jobs import TERMINAL, JobRequest
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob
-from rollserve.storage.registry import open_store
 from rollserve.testing.pipeline import EchoHandler, ScriptAgent
 
 MODEL = "bench-model"
@@ -114,23 +110,23 @@ class Rig:
             llm_health_interval_s=3600.0,
             **settings,
         )
-        self.store = open_store(self.settings)
-        self.sandboxes = SandboxManager(self.settings)
         self._factory = ScriptedToolFactory(script)
-        kinds: Registry[BackendFactory] = Registry("backend kind")
-        kinds.register("openai", self._factory)
-        self.router = Router(self.settings, self.store, kinds)
         plugins = default_plugins()
         plugins.handlers.register(EchoHandler.name, EchoHandler())
         plugins.agents.register(ScriptAgent.name, ScriptAgent())
+        plugins.llm_kinds.register("openai", self._scripted, replace=True)
         self.plugins = plugins
-        self.runner = StageRunner(
-            self.settings,
-            self.sandboxes,
-            plugins,
-            Models(self.router, TemplateCache(), self.settings.llm_abort_resumes),
-        )
+        node = build_node(self.settings, plugins)
+        self.store = node.store
+        self.sandboxes = node.sandboxes
+        self.router = node.router
+        self.runner = node.scheduler.runner
         self.scheduler: Scheduler | None = None
+
+    def _scripted(
+        self, view: BackendView, settings: Settings, templates: TemplateCache
+    ) -> LLMBackend:
+        return self._factory(view, settings)
 
     @property
     def model(self) -> ScriptedToolBackend:
