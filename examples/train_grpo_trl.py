@@ -214,7 +214,7 @@ def train(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             raise RuntimeError("TRL trains a copy: the served policy would not follow it")
         trainer.train()
         backend = next(b for b in client.backends() if b.id == BACKEND)
-        jobs = client.status()["jobs"]
+        jobs = client.status().jobs
         if not args.keep_backend:  # its server goes away with this process
             client.remove_backend(BACKEND)
     change = math.sqrt(

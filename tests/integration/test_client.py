@@ -44,7 +44,7 @@ def test_sync_client(server_factory: Callable[..., Server]) -> None:
         with pytest.raises(RemoteError) as info:
             client.get("nope")
         assert (info.value.status, info.value.remote_code) == (404, "job_not_found")
-        assert set(client.status()["stages"]) == {"init", "run", "eval"}
+        assert set(client.status().stages) == {"init", "run", "eval"}
 
 
 async def test_async_client(server_factory: Callable[..., Server]) -> None:
@@ -126,6 +126,6 @@ async def test_the_async_client_fails_over_too(server_factory: Callable[..., Ser
     server.start()
     dead = f"http://127.0.0.1:{free_port()}"
     async with AsyncRolloutClient([dead, server.url], retries=0) as client:
-        assert (await client.status())["node"]
+        assert (await client.status()).node
         done = await client.submit_batch([_job(7)])
         assert [a.job_id for a in done] == ["c7"]

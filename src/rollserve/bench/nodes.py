@@ -123,7 +123,7 @@ def _step(
             )
             time.sleep(1.5)  # the other nodes take the registration from the store
             tag = uuid.uuid4().hex[:6]
-            cursor = int(client.status()["results_cursor"])
+            cursor = client.status().results_cursor
             jobs: list[JobRequest | dict[str, Any]] = [
                 {
                     "job_id": f"{tag}-{i}",

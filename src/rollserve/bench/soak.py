@@ -139,7 +139,7 @@ def _soak(
     warmup = max(1, int(rollouts * _WARMUP))
     started = time.monotonic()
     with RolloutClient(url, timeout=60) as client:
-        cursor, submitted = int(client.status()["results_cursor"]), 0
+        cursor, submitted = client.status().results_cursor, 0
         while sum(seen.values()) < rollouts:
             outstanding = submitted - sum(seen.values())
             if warm is None and submitted >= warmup and outstanding == 0:

@@ -442,7 +442,7 @@ def submit_cmd(
 def status_cmd(server: Server = "http://127.0.0.1:8700", token: Token = None) -> None:
     """A server's stages, queues, workers and jobs."""
     with RolloutClient(server, token=token) as client:
-        typer.echo(json.dumps(client.status(), indent=2))
+        typer.echo(client.status().model_dump_json(indent=2))
 
 
 @app.command("demo")

@@ -54,7 +54,7 @@ def submit(
     """Submit the jobs of ``path``; with ``wait``, show progress and collect the results.
     Returns how many jobs did not complete."""
     jobs = read_jobs(path)
-    cursor = int(client.status()["results_cursor"])  # results from here on are new
+    cursor = client.status().results_cursor  # results from here on are new
     accepted = client.submit_batch(list(jobs))
     ids = [a.job_id for a in accepted]
     console.print(f"submitted {len(ids)} jobs ({sum(a.created for a in accepted)} new)")
@@ -70,7 +70,7 @@ def submit(
     with Live(console=console, refresh_per_second=4) as live:
         while True:
             mine = Counter(f["status"] for f in finished.values())
-            live.update(_progress(Counter(client.status()["jobs"]), mine, len(ids)))
+            live.update(_progress(Counter(client.status().jobs), mine, len(ids)))
             if not pending:
                 break
             page = client.results(cursor, limit=1000, wait=1.0)

@@ -1,46 +1,24 @@
 """``RolloutClient`` and ``AsyncRolloutClient``: the HTTP API v1 for trainers (httpx +
-pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server side)."""
+pydantic + ``rollserve.schema`` only; a trainer installs nothing of the server side). Both send
+the calls of :mod:`rollserve.client.calls`; only the sending differs."""
 
 from __future__ import annotations
 
 import ssl
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from rollserve.errors import RemoteError
-from rollserve.schema.api import (
-    Accepted,
-    BatchAccepted,
-    GroupCancelled,
-    JobQuery,
-    JobsPage,
-    ResultsPage,
-    Trajectory,
-)
-from rollserve.schema.backends import (
-    BackendSpec,
-    BackendView,
-    ModelState,
-    PauseMode,
-    PauseRequest,
-    ResumeRequest,
-)
-from rollserve.schema.jobs import TERMINAL, JobRequest, JobView
+from rollserve.client import calls
+from rollserve.client.calls import LONG_POLL_S, Call
+from rollserve.schema.api import Accepted, JobQuery, JobsPage, ResultsPage, Trajectory
+from rollserve.schema.backends import BackendSpec, BackendView, ModelState, PauseMode
+from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.schema.status import NodeStatus
 
-_LONG_POLL_S = 30.0
-
-
-def _body(request: JobRequest | dict[str, Any]) -> dict[str, Any]:
-    """The request as sent: a job without an id gets one here, so that a submit sent again
-    (to another node, after a connection failed mid-request) is idempotent."""
-    model = request if isinstance(request, JobRequest) else JobRequest.model_validate(request)
-    if model.job_id is None:
-        model = model.model_copy(update={"job_id": uuid.uuid4().hex})
-    return model.model_dump(mode="json", exclude_none=True)
+T = TypeVar("T")
 
 
 def wait_ready(url: str, timeout_s: float | None = None, *, verify: bool | str = True) -> bool:
@@ -72,42 +50,15 @@ def _urls(url: str | Sequence[str]) -> list[str]:
     return [u.rstrip("/") for u in urls]
 
 
-def _check(response: httpx.Response) -> httpx.Response:
-    if response.is_success:
-        return response
-    try:
-        error = response.json()["error"]
-        code, message, details = error["code"], error["message"], error.get("details") or {}
-    except (ValueError, KeyError, TypeError):
-        code, message, details = "http_error", response.text[:500], {}
-    raise RemoteError(response.status_code, code, message, **details)
-
-
-def _poll_for(end: float | None) -> float:
-    """How long the next long-poll may wait, given a deadline (None: none)."""
-    if end is None:
-        return _LONG_POLL_S
-    return max(0.0, min(_LONG_POLL_S, end - time.monotonic()))
-
-
-def _settled(job: JobView, end: float | None) -> bool:
-    """Whether waiting for ``job`` is over: it finished, or the deadline passed."""
-    return job.status in TERMINAL or (end is not None and time.monotonic() >= end)
-
-
-def _query(query: JobQuery | None, filters: dict[str, Any]) -> dict[str, Any]:
-    """``GET /v1/jobs``'s parameters: a JobQuery, or its fields as keywords (checked here)."""
-    given = query or JobQuery.model_validate(filters)
-    return given.model_dump(mode="json", exclude_defaults=True)
-
-
 def _headers(token: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class RolloutClient:
     """A blocking client. ``url`` may list several nodes of one fleet: a call whose node does
-    not answer (connection failures are retried ``retries`` times first) goes to the next."""
+    not answer (connection failures are retried ``retries`` times first) goes to the next.
+    ``transport``: httpx's, instead of its HTTP transport (e.g. ``httpx.MockTransport``, or a
+    WSGI or in-process one); ``retries`` and ``verify`` are then the transport's own business."""
 
     def __init__(
         self,
@@ -117,22 +68,26 @@ class RolloutClient:
         timeout: float = 60.0,
         retries: int = 3,
         verify: bool | str = True,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._urls, self._at = _urls(url), 0
         self._http = httpx.Client(
             headers=_headers(token),
-            timeout=timeout + _LONG_POLL_S,
-            transport=httpx.HTTPTransport(retries=retries, verify=_tls(verify)),
+            timeout=timeout + LONG_POLL_S,
+            transport=transport or httpx.HTTPTransport(retries=retries, verify=_tls(verify)),
         )
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    def _send(self, call: Call[T]) -> T:
         for tried in range(len(self._urls)):
+            url = self._urls[self._at] + call.path
             try:
-                return self._http.request(method, self._urls[self._at] + path, **kwargs)
+                response = self._http.request(call.method, url, **call.send_args())
             except httpx.TransportError:
                 if tried == len(self._urls) - 1:
                     raise
                 self._at = (self._at + 1) % len(self._urls)
+                continue
+            return call.answer(response)
         raise AssertionError("unreachable")
 
     def close(self) -> None:
@@ -145,44 +100,33 @@ class RolloutClient:
         self.close()
 
     def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
-        return Accepted.model_validate(
-            _check(self._request("POST", "/v1/jobs", json=_body(request))).json()
-        )
+        return self._send(calls.submit(request))
 
     def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
-        answer = self._request(
-            "POST", "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
-        )
-        return BatchAccepted.model_validate(_check(answer).json()).jobs
+        return self._send(calls.submit_batch(requests))
 
     def get(self, job_id: str, *, wait: float = 0) -> JobView:
-        answer = self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
-        return JobView.model_validate(_check(answer).json())
+        return self._send(calls.get(job_id, wait))
 
     def list_jobs(self, query: JobQuery | None = None, **filters: Any) -> JobsPage:
         """A page of jobs, filtered and sorted: ``list_jobs(status=["failed"], kind="swe")``."""
-        answer = self._request("GET", "/v1/jobs", params=_query(query, filters))
-        return JobsPage.model_validate(_check(answer).json())
+        return self._send(calls.list_jobs(query, filters))
 
     def trajectory(self, job_id: str) -> Trajectory:
         """The job's rollout turn by turn (a running job's turns so far)."""
-        answer = self._request("GET", f"/v1/jobs/{job_id}/trajectory")
-        return Trajectory.model_validate(_check(answer).json())
+        return self._send(calls.trajectory(job_id))
 
     def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         """The job once finished (long-polling), or as it is when ``timeout`` passes."""
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self.get(job_id, wait=_poll_for(end))
-            if _settled(job, end):
+            job = self.get(job_id, wait=calls.poll_for(end))
+            if calls.settled(job, end):
                 return job
 
     def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
         """One page of the results feed (long-polling up to ``wait`` for the first result)."""
-        answer = self._request(
-            "GET", "/v1/results", params={"after": after, "limit": limit, "wait": wait}
-        )
-        return ResultsPage.model_validate(_check(answer).json())
+        return self._send(calls.results(after, limit, wait))
 
     def iter_results(
         self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
@@ -190,7 +134,7 @@ class RolloutClient:
         """Finished jobs in completion order, as they come; ends after ``stop_after``."""
         seen = 0
         while stop_after is None or seen < stop_after:
-            page = self.results(after, limit=limit, wait=_LONG_POLL_S)
+            page = self.results(after, limit=limit, wait=LONG_POLL_S)
             after = page.next
             for job in page.results:
                 yield job
@@ -199,24 +143,19 @@ class RolloutClient:
                     return
 
     def cancel(self, job_id: str) -> JobView:
-        return JobView.model_validate(_check(self._request("DELETE", f"/v1/jobs/{job_id}")).json())
+        return self._send(calls.cancel(job_id))
 
     def cancel_group(self, group_id: str) -> list[str]:
-        answer = _check(self._request("POST", f"/v1/groups/{group_id}/cancel"))
-        return GroupCancelled.model_validate(answer.json()).cancelled
+        return self._send(calls.cancel_group(group_id))
 
     def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
-        body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
-        return BackendView.model_validate(
-            _check(self._request("POST", "/v1/llm/backends", json=body)).json()
-        )
+        return self._send(calls.register_backend(spec))
 
     def backends(self) -> list[BackendView]:
-        answer = _check(self._request("GET", "/v1/llm/backends")).json()
-        return [BackendView.model_validate(b) for b in answer]
+        return self._send(calls.backends())
 
     def remove_backend(self, backend_id: str) -> None:
-        _check(self._request("DELETE", f"/v1/llm/backends/{backend_id}"))
+        self._send(calls.remove_backend(backend_id))
 
     def pause_model(
         self,
@@ -227,25 +166,20 @@ class RolloutClient:
         timeout_s: float = 600.0,
     ) -> ModelState:
         """Pause ``model`` for a weight update; returns once its calls in flight are done."""
-        body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
-        answer = self._request(
-            "POST", f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
-        )
-        return ModelState.model_validate(_check(answer).json())
+        return self._send(calls.pause_model(model, mode, admission, timeout_s))
 
     def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
         """Resume ``model``, its backends now serving ``policy_version``."""
-        body = ResumeRequest(policy_version=policy_version).model_dump()
-        answer = self._request("POST", f"/v1/llm/models/{model}/resume", json=body)
-        return ModelState.model_validate(_check(answer).json())
+        return self._send(calls.resume_model(model, policy_version))
 
-    def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = _check(self._request("GET", "/v1/status")).json()
-        return data
+    def status(self) -> NodeStatus:
+        """The node's view of itself and of its fleet."""
+        return self._send(calls.status())
 
 
 class AsyncRolloutClient:
-    """The same API for asyncio trainers, with the same failover between nodes."""
+    """The same API for asyncio trainers, with the same failover between nodes;
+    ``transport``: an httpx async transport (e.g. ``httpx.ASGITransport`` in process)."""
 
     def __init__(
         self,
@@ -255,22 +189,26 @@ class AsyncRolloutClient:
         timeout: float = 60.0,
         retries: int = 3,
         verify: bool | str = True,
+        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._urls, self._at = _urls(url), 0
         self._http = httpx.AsyncClient(
             headers=_headers(token),
-            timeout=timeout + _LONG_POLL_S,
-            transport=httpx.AsyncHTTPTransport(retries=retries, verify=_tls(verify)),
+            timeout=timeout + LONG_POLL_S,
+            transport=transport or httpx.AsyncHTTPTransport(retries=retries, verify=_tls(verify)),
         )
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    async def _send(self, call: Call[T]) -> T:
         for tried in range(len(self._urls)):
+            url = self._urls[self._at] + call.path
             try:
-                return await self._http.request(method, self._urls[self._at] + path, **kwargs)
+                response = await self._http.request(call.method, url, **call.send_args())
             except httpx.TransportError:
                 if tried == len(self._urls) - 1:
                     raise
                 self._at = (self._at + 1) % len(self._urls)
+                continue
+            return call.answer(response)
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
@@ -283,40 +221,30 @@ class AsyncRolloutClient:
         await self.aclose()
 
     async def submit(self, request: JobRequest | dict[str, Any]) -> Accepted:
-        answer = await self._request("POST", "/v1/jobs", json=_body(request))
-        return Accepted.model_validate(_check(answer).json())
+        return await self._send(calls.submit(request))
 
     async def submit_batch(self, requests: list[JobRequest | dict[str, Any]]) -> list[Accepted]:
-        answer = await self._request(
-            "POST", "/v1/jobs/batch", json={"jobs": [_body(r) for r in requests]}
-        )
-        return BatchAccepted.model_validate(_check(answer).json()).jobs
+        return await self._send(calls.submit_batch(requests))
 
     async def get(self, job_id: str, *, wait: float = 0) -> JobView:
-        answer = await self._request("GET", f"/v1/jobs/{job_id}", params={"wait": wait})
-        return JobView.model_validate(_check(answer).json())
+        return await self._send(calls.get(job_id, wait))
 
     async def list_jobs(self, query: JobQuery | None = None, **filters: Any) -> JobsPage:
-        answer = await self._request("GET", "/v1/jobs", params=_query(query, filters))
-        return JobsPage.model_validate(_check(answer).json())
+        return await self._send(calls.list_jobs(query, filters))
 
     async def trajectory(self, job_id: str) -> Trajectory:
-        answer = await self._request("GET", f"/v1/jobs/{job_id}/trajectory")
-        return Trajectory.model_validate(_check(answer).json())
+        return await self._send(calls.trajectory(job_id))
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobView:
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = await self.get(job_id, wait=_poll_for(end))
-            if _settled(job, end):
+            job = await self.get(job_id, wait=calls.poll_for(end))
+            if calls.settled(job, end):
                 return job
 
     async def results(self, after: int = 0, *, limit: int = 100, wait: float = 0) -> ResultsPage:
         """One page of the results feed (long-polling up to ``wait`` for the first result)."""
-        answer = await self._request(
-            "GET", "/v1/results", params={"after": after, "limit": limit, "wait": wait}
-        )
-        return ResultsPage.model_validate(_check(answer).json())
+        return await self._send(calls.results(after, limit, wait))
 
     async def iter_results(
         self, after: int = 0, *, limit: int = 100, stop_after: int | None = None
@@ -324,7 +252,7 @@ class AsyncRolloutClient:
         """Finished jobs in completion order, as they come; ends after ``stop_after``."""
         seen = 0
         while stop_after is None or seen < stop_after:
-            page = await self.results(after, limit=limit, wait=_LONG_POLL_S)
+            page = await self.results(after, limit=limit, wait=LONG_POLL_S)
             after = page.next
             for job in page.results:
                 yield job
@@ -333,24 +261,19 @@ class AsyncRolloutClient:
                     return
 
     async def cancel(self, job_id: str) -> JobView:
-        answer = await self._request("DELETE", f"/v1/jobs/{job_id}")
-        return JobView.model_validate(_check(answer).json())
+        return await self._send(calls.cancel(job_id))
 
     async def cancel_group(self, group_id: str) -> list[str]:
-        answer = _check(await self._request("POST", f"/v1/groups/{group_id}/cancel"))
-        return GroupCancelled.model_validate(answer.json()).cancelled
+        return await self._send(calls.cancel_group(group_id))
 
     async def register_backend(self, spec: BackendSpec | dict[str, Any]) -> BackendView:
-        body = BackendSpec.model_validate(spec).model_dump(mode="json", exclude_none=True)
-        answer = await self._request("POST", "/v1/llm/backends", json=body)
-        return BackendView.model_validate(_check(answer).json())
+        return await self._send(calls.register_backend(spec))
 
     async def backends(self) -> list[BackendView]:
-        answer = _check(await self._request("GET", "/v1/llm/backends")).json()
-        return [BackendView.model_validate(b) for b in answer]
+        return await self._send(calls.backends())
 
     async def remove_backend(self, backend_id: str) -> None:
-        _check(await self._request("DELETE", f"/v1/llm/backends/{backend_id}"))
+        await self._send(calls.remove_backend(backend_id))
 
     async def pause_model(
         self,
@@ -361,18 +284,12 @@ class AsyncRolloutClient:
         timeout_s: float = 600.0,
     ) -> ModelState:
         """Pause ``model`` for a weight update; returns once its calls in flight are done."""
-        body = PauseRequest(mode=mode, admission=admission, timeout_s=timeout_s)
-        answer = await self._request(
-            "POST", f"/v1/llm/models/{model}/pause", json=body.model_dump(), timeout=timeout_s + 30
-        )
-        return ModelState.model_validate(_check(answer).json())
+        return await self._send(calls.pause_model(model, mode, admission, timeout_s))
 
     async def resume_model(self, model: str, policy_version: int | None = None) -> ModelState:
         """Resume ``model``, its backends now serving ``policy_version``."""
-        body = ResumeRequest(policy_version=policy_version).model_dump()
-        answer = await self._request("POST", f"/v1/llm/models/{model}/resume", json=body)
-        return ModelState.model_validate(_check(answer).json())
+        return await self._send(calls.resume_model(model, policy_version))
 
-    async def status(self) -> dict[str, Any]:
-        data: dict[str, Any] = _check(await self._request("GET", "/v1/status")).json()
-        return data
+    async def status(self) -> NodeStatus:
+        """The node's view of itself and of its fleet."""
+        return await self._send(calls.status())

@@ -17,6 +17,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from rollserve.schema.jobs import TERMINAL, JobStatus, JobView
+from rollserve.schema.status import StageLoad
 
 STATUSES = tuple(status.value for status in JobStatus)
 _STYLE = MappingProxyType(
@@ -54,7 +55,7 @@ class Board:
     started: float = field(default_factory=time.monotonic)
     views: dict[str, JobView] = field(default_factory=dict)
     ended: float | None = None
-    stages: dict[str, dict[str, int]] = field(default_factory=dict)  # from GET /v1/status
+    stages: dict[str, StageLoad] = field(default_factory=dict)  # from GET /v1/status
 
     @property
     def pending(self) -> list[str]:
@@ -87,12 +88,7 @@ class Board:
             head.append(f"{status} {counts.get(status, 0)}  ", style=_STYLE[status])
         pools = Text("pools: ")
         for stage, load in self.stages.items():
-            busy, size, waiting = (
-                load.get("active", 0),
-                load.get("workers", 0),
-                load.get("queued", 0),
-            )
-            pools.append(f"{stage} {busy}/{size} busy, {waiting} waiting   ")
+            pools.append(f"{stage} {load.active}/{load.workers} busy, {load.queued} waiting   ")
         table = Table("job", "status", "attempts", "reward", "exit", "turns", "tokens")
         for job_id in self.job_ids:
             view = self.views.get(job_id)

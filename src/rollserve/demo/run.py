@@ -261,7 +261,7 @@ class DemoRun:
             while board.pending:
                 server.check_alive()
                 views = await asyncio.gather(*(client.get(j) for j in board.pending))
-                board.stages = (await client.status())["stages"]
+                board.stages = (await client.status()).stages
                 for view in views:
                     line = board.update(view)
                     if line and not terminal:

@@ -8,7 +8,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from rollserve.schema.status import EndedCount, HistogramView, PipelineFigures
 
 # Seconds: a sandbox starts in milliseconds, an episode lasts minutes, a test suite up to 30.
 BUCKETS = (0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0)
@@ -67,17 +68,17 @@ class Figures:
     def job_ended(self, status: str, exit_reason: str | None = None) -> None:
         self.ended[(status, exit_reason or "")] += 1
 
-    def view(self) -> dict[str, Any]:
-        """The figures as JSON (for ``/v1/status``, which ``/metrics`` renders)."""
-        return {
-            "stage_seconds": {
-                stage: {"buckets": h.cumulative(), "sum": round(h.total, 6)}
+    def view(self) -> PipelineFigures:
+        """The figures of ``/v1/status`` (which ``/metrics`` renders)."""
+        return PipelineFigures(
+            stage_seconds={
+                stage: HistogramView(buckets=h.cumulative(), sum=round(h.total, 6))
                 for stage, h in self.stages.items()
             },
-            "throughput": self.throughput(),
-            "throughput_bucket_s": RATE_BUCKET_S,
-            "jobs_ended": [
-                {"status": status, "exit_reason": reason, "count": count}
+            throughput=self.throughput(),
+            throughput_bucket_s=RATE_BUCKET_S,
+            jobs_ended=[
+                EndedCount(status=status, exit_reason=reason, count=count)
                 for (status, reason), count in sorted(self.ended.items())
             ],
-        }
+        )

@@ -7,7 +7,6 @@ import asyncio
 import secrets
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rollserve.errors import InvalidInputError, JobNotFoundError
 from rollserve.gateway.keys import Gateway
@@ -21,6 +20,7 @@ from rollserve.sandbox import SandboxManager
 from rollserve.schema.api import JobQuery, JobsPage, Trajectory
 from rollserve.schema.backends import ModelState, PauseRequest
 from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
+from rollserve.schema.status import FleetNode, NodeStatus, StageLoad
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, Stage, Submitted
 from rollserve.storage.base import Store
@@ -234,7 +234,7 @@ class RolloutService:
                 pending.append(node.node_id)
         return state.model_copy(update={"in_flight": in_flight, "nodes_pending": pending})
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> NodeStatus:
         """The node's figures; the store is read off the event loop."""
         pools = self.scheduler.pools
         depth, counts, head, nodes = await asyncio.to_thread(
@@ -245,40 +245,37 @@ class RolloutService:
                 self.store.nodes(),
             )
         )
-        return {
-            "node": self.scheduler.node,
-            "node_id": self.scheduler.name,
-            "nodes": [
-                {
-                    "node_id": n.node_id,
-                    "owner": n.owner,
-                    "alive": n.alive,
-                    "started": n.started,
-                    "seen": n.seen,
+        return NodeStatus(
+            node=self.scheduler.node,
+            node_id=self.scheduler.name,
+            nodes=[
+                FleetNode(
+                    node_id=n.node_id,
+                    owner=n.owner,
+                    alive=n.alive,
+                    started=n.started,
+                    seen=n.seen,
                     **n.info,
-                }
+                )
                 for n in nodes
             ],
-            "uptime_s": round(time.time() - self.started, 3),
-            "not_ready": self.scheduler.problem(),
-            "stages": {
-                stage.value: {
-                    "queued": depth.get(stage.value, 0),
-                    "active": self.scheduler.busy[stage],
-                    "workers": size,
-                }
+            uptime_s=round(time.time() - self.started, 3),
+            not_ready=self.scheduler.problem(),
+            stages={
+                stage.value: StageLoad(
+                    queued=depth.get(stage.value, 0),
+                    active=self.scheduler.busy[stage],
+                    workers=size,
+                )
                 for stage, size in pools.items()
             },
-            "jobs": counts,
-            "results_cursor": head,
-            "live_sandboxes": len(self.sandboxes.live),
-            "figures": self.scheduler.figures.view(),
-            "backends": [b.model_dump(mode="json") for b in self.router.views()],
-            "paused_models": [
-                self.router.model_state(m).model_dump(mode="json")
-                for m in self.router.pauses.models()
-            ],
-        }
+            jobs=counts,
+            results_cursor=head,
+            live_sandboxes=len(self.sandboxes.live),
+            figures=self.scheduler.figures.view(),
+            backends=self.router.views(),
+            paused_models=[self.router.model_state(m) for m in self.router.pauses.models()],
+        )
 
 
 def view(record: JobRecord) -> JobView:

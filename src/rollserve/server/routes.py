@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import PlainTextResponse
@@ -27,6 +27,7 @@ from rollserve.schema.backends import (
     ResumeRequest,
 )
 from rollserve.schema.jobs import JobRequest, JobView
+from rollserve.schema.status import NodeStatus
 from rollserve.server.errors import responses
 from rollserve.server.metrics import render_metrics
 
@@ -150,8 +151,8 @@ async def model_state(model: str, svc: Service) -> ModelState:
     return await svc.model_state(model)
 
 
-@api.get("/status")
-async def status(svc: Service) -> dict[str, Any]:
+@api.get("/status", response_model=NodeStatus)
+async def status(svc: Service) -> NodeStatus:
     return await svc.status()
 
 
