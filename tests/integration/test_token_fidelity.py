@@ -25,9 +25,9 @@ from rollserve.registry import Registry
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.backends import BackendSpec, BackendView
 from rollserve.schema.jobs import AgentConfig, JobRequest, Task
+from rollserve.schema.run import RunOutput
 from rollserve.settings import Settings
 from rollserve.storage import SqliteJobStore
-from rollserve.tasks.base import RunOutput
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.servers import LlmServer
 

@@ -17,9 +17,9 @@ from rollserve.node import default_plugins
 from rollserve.pipeline.stages import StageRunner, validate
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.jobs import ExitReason, JobRequest, RolloutResult, Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import ExecResult
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput
 from rollserve.tasks.code import CodeHandler
 from rollserve.tasks.code_judge import run_python
 from rollserve.tasks.code_program import defines, function_program, submitted_code

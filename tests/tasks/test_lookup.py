@@ -18,7 +18,8 @@ from rollserve.llm.toolcalls import ToolCall
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import ExitReason, Task
-from rollserve.tasks.base import Evaluation, RunOutput
+from rollserve.schema.run import RunOutput
+from rollserve.tasks.base import Evaluation
 from rollserve.tasks.lookup import LookupHandler
 from tests.conformance.conftest import require
 

@@ -14,8 +14,8 @@ from rollserve.node import default_plugins
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.jobs import ExitReason, JobRequest, RolloutResult, Task
+from rollserve.schema.run import RunOutput
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput
 from tests.conformance.conftest import require
 from tests.swe_tasks import BOLTONS, MORE_ITERTOOLS, Prepared
 from tests.tasks.conftest import make_patch, replace_in, with_fields

@@ -48,3 +48,16 @@ def test_python_m_of_an_old_name_runs_the_new_module() -> None:
     assert done.returncode == 2, done.stderr
     assert "python -m rollserve.testing.users is deprecated" in done.stderr
     assert "usage: python -m rollserve.fixtures.users" in done.stderr
+
+
+def test_names_plug_ins_import_stay_where_they_were() -> None:
+    from rollserve.pipeline import stages
+    from rollserve.plugins import Plugins
+    from rollserve.schema.run import RunOutput
+    from rollserve.tasks import base
+
+    assert base.RunOutput is RunOutput
+    assert stages.Plugins is Plugins
+    with pytest.warns(DeprecationWarning, match="rollserve.node.default_plugins"):
+        from rollserve.pipeline.plugins import default_plugins
+    assert "math" in default_plugins().handlers

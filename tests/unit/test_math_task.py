@@ -12,8 +12,9 @@ import pytest
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import ExitReason, Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import LocalSpec
-from rollserve.tasks.base import Evaluation, RunOutput
+from rollserve.tasks.base import Evaluation
 from rollserve.tasks.math import MathHandler, answers_match, last_boxed
 
 

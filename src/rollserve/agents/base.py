@@ -15,11 +15,11 @@ from rollserve.gateway.keys import Gateway
 from rollserve.llm.session import ModelSession
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.schema.tokens import Tokens, TurnInfo
 from rollserve.schema.trajectory import TurnLog
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput
 
 # Told of the episode as it goes: once with the messages before the first turn (``turn`` 0),
 # then once per model turn with its messages and log. The run stage appends them to the store.

@@ -10,9 +10,9 @@ from rollserve.agents.base import MountFields, RunContext, agent_fields
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import Bind, SandboxSpec, check_bind_target
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput
 
 _OUTPUT_KEPT = 16_000
 

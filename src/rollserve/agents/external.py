@@ -22,9 +22,9 @@ from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import RUN_DIR, Bind, SandboxSpec
 from rollserve.settings import Settings
-from rollserve.tasks.base import RunOutput
 
 TASK_FILE = f"{RUN_DIR}/task.md"
 ANSWER_FILE = f"{RUN_DIR}/out/answer.txt"

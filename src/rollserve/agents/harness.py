@@ -30,8 +30,8 @@ from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
 from rollserve.sandbox.output import HeadTail
 from rollserve.schema.jobs import AgentConfig
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import ExecResult
-from rollserve.tasks.base import RunOutput
 
 _OUTPUT_BYTES = 1024 * 1024  # of the harness's stdout and stderr, head and tail
 

@@ -6,7 +6,7 @@ from rollserve.agents.base import RunContext
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason
-from rollserve.tasks.base import RunOutput
+from rollserve.schema.run import RunOutput
 
 
 class SubmitAgent:

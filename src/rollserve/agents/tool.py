@@ -19,9 +19,9 @@ from rollserve.llm.toolcalls import ParsedTurn, ToolCall, ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, Sampling
+from rollserve.schema.run import RunOutput
 from rollserve.schema.tokens import Tokens, TurnInfo
 from rollserve.schema.trajectory import ToolRun, TurnLog
-from rollserve.tasks.base import RunOutput
 
 _TURN_TOKENS = 1024  # a turn's generation limit when the job's sampling names none
 

@@ -45,9 +45,9 @@ from rollserve.pipeline.room import DataDirRoom
 from rollserve.pipeline.stages import StageRunner
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
+from rollserve.schema.run import RunOutput
 from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
-from rollserve.tasks.base import RunOutput
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,10 +19,11 @@ from rollserve.plugins import Plugins
 from rollserve.sandbox import SandboxInstance, SandboxManager
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, AgentRun, ExitReason, JobRequest, RolloutResult
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import Bind, SandboxSpec
 from rollserve.schema.tokens import Tokens
 from rollserve.settings import Settings
-from rollserve.tasks.base import Evaluation, HasStageTimeouts, RunOutput
+from rollserve.tasks.base import Evaluation, HasStageTimeouts
 
 
 def agent_config(request: JobRequest) -> AgentConfig:

@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
+from rollserve.tasks.base import Evaluation, SandboxOpener, kind_fields
 from rollserve.tasks.code_judge import (
     JUDGE_DIR,
     Verdict,

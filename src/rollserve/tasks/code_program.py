@@ -8,7 +8,7 @@ import re
 import warnings
 from typing import Any
 
-from rollserve.tasks.base import RunOutput
+from rollserve.schema.run import RunOutput
 
 # Runs a function task's program the way HumanEval's harness does (as a module that is not
 # __main__, so a main guard stays quiet), then prints the marker it was given: a program that

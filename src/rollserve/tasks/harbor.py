@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import Bind, SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
+from rollserve.tasks.base import Evaluation, SandboxOpener, kind_fields
 
 STAGED_TESTS = "/run/harbor-tests"  # the task's tests/, bound read-only, copied to /tests
 LOGS = "/logs/verifier"

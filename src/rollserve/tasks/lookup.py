@@ -11,8 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
+from rollserve.tasks.base import Evaluation, SandboxOpener, kind_fields
 
 SYSTEM_PROMPT = (
     "Answer the question. The answer is written in the files of your workspace: look with the "

@@ -12,8 +12,9 @@ from typing import Any
 from rollserve.errors import InfrastructureError, InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, SandboxOpener
 
 SYSTEM_PROMPT = (
     "Solve the math problem. You may run shell commands with the bash tool to compute or check "

@@ -10,8 +10,9 @@ from typing import Any
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, SandboxOpener
 
 SYSTEM_PROMPT = "Reply to the user in a few words."
 

@@ -24,9 +24,10 @@ from rollserve.errors import (
 )
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import AgentConfig, ExitReason, Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
 from rollserve.shell import ShellSession
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener
+from rollserve.tasks.base import Evaluation, SandboxOpener
 
 
 class EchoHandler:

@@ -14,8 +14,9 @@ from rollserve.errors import InfrastructureError, InvalidInputError
 from rollserve.sandbox.base import GUEST_WORKSPACE, Sandbox
 from rollserve.sandbox.env import SYSTEM_PATH
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
+from rollserve.tasks.base import Evaluation, SandboxOpener, kind_fields
 from rollserve.tasks.swe import evaluation
 from rollserve.tasks.swe.evaluation import Outcome
 

@@ -19,8 +19,9 @@ from pydantic import Field
 from rollserve.errors import InvalidInputError
 from rollserve.sandbox.base import Sandbox
 from rollserve.schema.jobs import Task
+from rollserve.schema.run import RunOutput
 from rollserve.schema.sandbox import SandboxSpec
-from rollserve.tasks.base import Evaluation, RunOutput, SandboxOpener, kind_fields
+from rollserve.tasks.base import Evaluation, SandboxOpener, kind_fields
 from rollserve.tasks.swe import evaluation
 from rollserve.tasks.swe.handler import SweTests, score
 from rollserve.tasks.swebench import harness
