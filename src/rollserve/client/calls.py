@@ -15,6 +15,7 @@ from rollserve.errors import RemoteError
 from rollserve.schema.api import (
     Accepted,
     BatchAccepted,
+    ErrorBody,
     GroupCancelled,
     JobQuery,
     JobsPage,
@@ -69,11 +70,10 @@ def checked(response: httpx.Response) -> httpx.Response:
     if response.is_success:
         return response
     try:
-        error = response.json()["error"]
-        code, message, details = error["code"], error["message"], error.get("details") or {}
-    except (ValueError, KeyError, TypeError):
-        code, message, details = "http_error", response.text[:500], {}
-    raise RemoteError(response.status_code, code, message, **details)
+        error = ErrorBody.model_validate_json(response.content).error
+    except ValueError:  # not rollserve's answer (a proxy's page, say)
+        raise RemoteError(response.status_code, "http_error", response.text[:500]) from None
+    raise RemoteError(response.status_code, error.code, error.message, **error.details)
 
 
 def _as(model: Callable[[Any], T]) -> Callable[[httpx.Response], T]:
