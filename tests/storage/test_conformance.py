@@ -323,3 +323,50 @@ def test_pauses_are_shared(kit: StoreKit) -> None:
     other.save_pause("m", None)
     other.save_pause("gone", None)  # not paused: nothing to do
     assert list(one.load_pauses()) == ["n"]
+
+
+def test_the_service_ends_only_jobs_nobody_holds(store: Store, clock: Clock) -> None:
+    """finish without an owner (the service's own) ends a queued job, or one whose lease ran
+    out; never one a worker holds, and a finished job stays as it ended."""
+    store.submit(_jobs("held", "queued"), max_queued=10)
+    store.claim(Stage.INIT, "n", 10)
+    store.finish("queued", None, JobStatus.CANCELLED)
+    with pytest.raises(LeaseLostError):
+        store.finish("held", None, JobStatus.FAILED)
+    clock.now += 11
+    store.finish("held", None, JobStatus.FAILED, error={"code": "node_gone"})
+    store.finish("held", None, JobStatus.COMPLETED)  # already ended: nothing changes
+    ended = {r.job_id: (r.status, r.error, r.lease_owner) for r in store.results(0, 10)}
+    assert ended == {
+        "queued": (JobStatus.CANCELLED, None, None),
+        "held": (JobStatus.FAILED, {"code": "node_gone"}, None),
+    }
+    with pytest.raises(JobNotFoundError):
+        store.finish("nope", None, JobStatus.FAILED)
+
+
+def test_a_step_on_a_job_not_held_changes_nothing(store: Store) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.append_event("a", 1, 0, {"messages": []})
+    for job_id, owner, error in (("a", "other", LeaseLostError), ("nope", "n", JobNotFoundError)):
+        with pytest.raises(error):
+            store.advance(job_id, owner, Stage.RUN)
+        with pytest.raises(error):
+            store.requeue(job_id, owner, Stage.INIT)
+        with pytest.raises(error):
+            store.finish(job_id, owner, JobStatus.COMPLETED, result={})
+    held = store.get("a")
+    assert held is not None
+    assert (held.stage, held.status, held.lease_owner) == (Stage.INIT, JobStatus.INITIALIZING, "n")
+    assert len(store.events("a")) == 1  # a late finish with a result takes no events away
+
+
+def test_a_cancel_during_a_stage_ends_a_retry_too(store: Store) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.cancel("a")
+    store.requeue("a", "n", Stage.INIT, error={"code": "sandbox_died"})
+    [ended] = store.results(0, 10)
+    assert (ended.job_id, ended.status, ended.lease_owner) == ("a", JobStatus.CANCELLED, None)
+    assert store.claim(Stage.INIT, "n", 30) is None

@@ -196,7 +196,7 @@ def test_plans_made_on_a_small_table_still_use_the_indexes(pg_url: str) -> None:
     store = PostgresJobStore(pg_url)
     try:
         store.submit([NewJob(f"j{i}", {}) for i in range(80)], max_queued=100)
-        with store._pool.connection() as conn:
+        with store.dialect.connection() as conn:
             conn.execute("ANALYZE jobs")  # the table as it was when the plan was made
             conn.execute("SET plan_cache_mode = force_generic_plan")
             conn.execute(  # the heartbeat's question: which of these jobs must stop

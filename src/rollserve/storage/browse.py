@@ -37,12 +37,15 @@ class JobEvent:
 
 
 def where(query: JobQuery, mark: str) -> tuple[str, list[Any]]:
-    """The WHERE clause (``mark``: the driver's placeholder) and its parameters."""
+    """The WHERE clause and its parameters, in order. ``mark`` is the driver's placeholder,
+    formatted with the parameter's index: ``?``, or ``:p{}`` for named ones."""
     parts: list[str] = []
     params: list[Any] = []
 
     def add(sql: str, *values: Any) -> None:
-        parts.append(sql.replace("?", mark))
+        first, *rest = sql.split("?")
+        marks = (mark.format(len(params) + i) + piece for i, piece in enumerate(rest))
+        parts.append(first + "".join(marks))
         params.extend(values)
 
     if query.status:

@@ -1,28 +1,19 @@
-"""What the stores share about a job's row: turning it into a JobRecord, merging timings,
-and the rules of holding, requeueing and releasing a job, so that every store decides alike."""
+"""The rules the SQL store applies to a job's row: turning it into a JobRecord, and who holds,
+requeues and releases a job."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar
 
-from rollserve.errors import JobNotFoundError, LeaseLostError
+from rollserve.errors import LeaseLostError
 from rollserve.storage.base import STAGE_STATUS, JobRecord, JobStatus, Stage
-
-
-class _Columns(Protocol):
-    def __getitem__(self, key: str, /) -> Any: ...
-
-
-Row = TypeVar("Row", bound=_Columns)  # a store's row: sqlite3.Row, or psycopg's dict row
-JSON_COLUMNS = ("request", "stage_output", "result", "error", "timing")
-
+from rollserve.storage.dialect import Row
 
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
 
 
-def to_record(row: dict[str, Any]) -> JobRecord:
+def to_record(row: Row) -> JobRecord:
     """A job's row, its JSON columns already decoded, as a JobRecord (the columns generated
     for the jobs table's filters are left out)."""
     data = {key: value for key, value in row.items() if key in _RECORD_FIELDS}
@@ -33,17 +24,8 @@ def to_record(row: dict[str, Any]) -> JobRecord:
     return JobRecord(**data)
 
 
-def merged_timing(
-    stored: dict[str, float] | None, timing: dict[str, float] | None
-) -> dict[str, float]:
-    """A stage's timings added to those of the stages before."""
-    return {**(stored or {}), **(timing or {})}
-
-
-def held(row: Row | None, job_id: str, owner: str) -> Row:
-    """The job's row (its columns by name), once it is known that ``owner`` holds the job."""
-    if row is None:
-        raise JobNotFoundError(f"no job {job_id!r}", job_id=job_id)
+def held(row: Row, job_id: str, owner: str) -> Row:
+    """The job's row, once it is known that ``owner`` holds the job."""
     if row["lease_owner"] != owner or row["stage"] == Stage.DONE.value:
         raise LeaseLostError(f"{owner} does not hold job {job_id!r}", job_id=job_id)
     return row
@@ -63,7 +45,7 @@ def released_to(stage: str) -> Stage:
     return Stage.EVAL if stage == Stage.EVAL.value else Stage.INIT
 
 
-def gone(row: Any, now: float, live: set[str], alive: Callable[[str], bool]) -> bool:
+def gone(row: Row, now: float, live: set[str], alive: Callable[[str], bool]) -> bool:
     """Whether the job of ``row`` (held or pinned by a node) belongs to a node that is gone:
     ``alive`` says so (a dead process of this host), or the node's row and the job's lease
     have both expired (``live``: owners whose node row is current)."""
