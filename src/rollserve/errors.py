@@ -184,8 +184,8 @@ class InfrastructureError(RollserveError):
 
 
 class LayerLostError(InfrastructureError):
-    """The layer a run kept for its evaluation is gone (another node, a lost data directory):
-    the job runs again from the start."""
+    """What a run kept for its evaluation is gone (its layer: another node's, a lost data
+    directory; its output): the job runs again from the start."""
 
     code = "layer_lost"
 

@@ -10,7 +10,6 @@ import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -85,9 +84,10 @@ def _requests(
 def _check(record: JobRecord, expected: float) -> PatchCheck:
     check = PatchCheck(expected=expected, status=record.status.value)
     check.seconds = round(sum(record.timing.values()), 2)
-    if record.result is not None:
-        check.reward = float(record.result["reward"])
-        evaluation: dict[str, Any] = record.result.get("evaluation") or {}
+    result, error = record.rollout_result(), record.error_info()
+    if result is not None:
+        check.reward = result.reward
+        evaluation = result.evaluation
         check.reason = evaluation.get("reason") or evaluation.get("error")
         if isinstance(evaluation.get("harness"), str):
             spec = evaluation.get("harness_spec")
@@ -95,8 +95,8 @@ def _check(record: JobRecord, expected: float) -> PatchCheck:
         for name in ("fail_to_pass", "pass_to_pass"):
             if isinstance(statuses := evaluation.get(name), dict):
                 setattr(check, name, {str(k): str(v) for k, v in statuses.items()})
-    elif record.error is not None:
-        check.reason = f"[{record.error.get('code')}] {record.error.get('message')}"
+    elif error is not None:
+        check.reason = f"[{error.code}] {error.message}"
     return check
 
 

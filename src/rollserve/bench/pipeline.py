@@ -146,7 +146,8 @@ def _figures(
 def _succeeded(record: JobRecord) -> bool:
     if record.status != JobStatus.COMPLETED or record.result is None:
         return False
-    return RolloutResult.model_validate(record.result).reward == 1.0
+    result = record.rollout_result()
+    return result is not None and result.reward == 1.0
 
 
 async def _pipeline(workload: PipelineWorkload) -> ModeFigures:

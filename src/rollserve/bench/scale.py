@@ -30,7 +30,6 @@ from rollserve.bench.rig import Rig, Sampler, echo_job
 from rollserve.bench.stats import quantile, running_user
 from rollserve.sandbox import SandboxManager, spec_for
 from rollserve.schema.bench import ScaleBenchResult, ScaleStep
-from rollserve.schema.jobs import RolloutResult
 from rollserve.shell import ShellSession
 from rollserve.storage import JobStatus
 
@@ -127,7 +126,7 @@ async def _step(n: int, workload: ScaleWorkload) -> ScaleStep:
         completed = errors = retried = 0
         latencies: list[float] = []
         for record in records:
-            result = RolloutResult.model_validate(record.result) if record.result else None
+            result = record.rollout_result()
             if record.status != JobStatus.COMPLETED or result is None or result.reward != 1.0:
                 errors += 1
                 continue

@@ -347,7 +347,7 @@ class Scheduler:
     async def _stage(self, stage: Stage, job: JobRecord) -> None:
         started = time.monotonic()
         try:
-            request = JobRequest.model_validate(job.request)
+            request = job.job_request()
             if stage == Stage.INIT:
                 await self._init(job, request, started)
             elif stage == Stage.RUN:
@@ -432,7 +432,9 @@ class Scheduler:
         self.wake(Stage.EVAL)
 
     async def _eval(self, job: JobRecord, request: JobRequest, started: float) -> None:
-        output = RunOutput.from_json(job.stage_output or {})
+        output = job.run_output()
+        if output is None:  # a store that lost what run handed on: run the episode again
+            raise LayerLostError(f"job {job.job_id} reached evaluation without its run's output")
         await self._complete(job, request, output, {}, evaluate=True, started=started)
 
     async def _complete(

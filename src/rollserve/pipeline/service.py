@@ -19,11 +19,11 @@ from rollserve.plugins import Plugins
 from rollserve.sandbox import SandboxManager
 from rollserve.schema.api import JobQuery, JobsPage, Trajectory
 from rollserve.schema.backends import ModelState, PauseRequest
-from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobTiming, JobView, RolloutResult
+from rollserve.schema.jobs import JobRequest, JobTiming, JobView
 from rollserve.schema.status import FleetNode, NodeStatus, StageLoad
 from rollserve.settings import Settings
 from rollserve.storage import JobRecord, NewJob, Stage, Submitted
-from rollserve.storage.base import Store
+from rollserve.storage.base import Store, StoreEvent
 
 # Long-polls wake at once on changes the store announces (every node's, on PostgreSQL); a
 # store that announces nothing (SQLite shared by processes) is looked at this often.
@@ -70,7 +70,7 @@ class RolloutService:
         self._purger = asyncio.create_task(self._purge_loop())
         loop = asyncio.get_running_loop()
 
-        def announced(event: str) -> None:  # on the store's thread
+        def announced(event: StoreEvent) -> None:  # on the store's thread
             loop.call_soon_threadsafe(self._on_store_event, event)
 
         self._unsubscribe = self.store.subscribe(announced)
@@ -86,18 +86,18 @@ class RolloutService:
         await self.sandboxes.close_all()
         self.store.close()
 
-    def _on_store_event(self, event: str) -> None:
+    def _on_store_event(self, event: StoreEvent) -> None:
         """A change announced by the store, made by this node or another."""
-        everything = event == "*"
-        if everything or event == Stage.INIT.value:
+        everything = event == StoreEvent.ANY
+        if everything or event == StoreEvent.INIT:
             self.scheduler.wake(Stage.INIT)
-        if everything or event == Stage.EVAL.value:
+        if everything or event == StoreEvent.EVAL:
             self.scheduler.wake(Stage.EVAL)
-        if everything or event == "done":
+        if everything or event == StoreEvent.DONE:
             self.scheduler.changes.notify()
-        if everything or event == "cancel":
+        if everything or event == StoreEvent.CANCEL:
             self.scheduler.beat_now()
-        if everything or event == "backends":
+        if everything or event == StoreEvent.BACKENDS:
             self.router.sync_soon()
 
     async def _purge_loop(self) -> None:
@@ -292,8 +292,6 @@ def view(record: JobRecord) -> JobView:
         created=record.created,
         finished=record.finished,
         timing=JobTiming(**record.timing),
-        result=RolloutResult.model_validate(record.result) if record.result else None,
-        error=JobErrorInfo.model_validate(record.error)
-        if record.error and record.status.terminal and record.result is None
-        else None,
+        result=record.rollout_result(),
+        error=record.error_info() if record.status.terminal and record.result is None else None,
     )

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rollserve.schema.api import JobQuery, JobsPage
-from rollserve.schema.jobs import JobStatus
+from rollserve.schema.jobs import JobErrorInfo, JobRequest, JobStatus, RolloutResult
+from rollserve.schema.run import RunOutput
 from rollserve.storage.browse import JobEvent
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "NodeRecord",
     "Stage",
     "Store",
+    "StoreEvent",
     "Submitted",
 ]
 
@@ -48,6 +50,18 @@ class Stage(enum.StrEnum):
     RUN = "run"
     EVAL = "eval"
     DONE = "done"
+
+
+class StoreEvent(enum.StrEnum):
+    """What a store tells every node's :meth:`JobStore.subscribe` of, once a change commits."""
+
+    INIT = "init"  # work for the init pool
+    RUN = "run"  # work for the run pool
+    EVAL = "eval"  # work for the eval pool
+    DONE = "done"  # a job ended
+    CANCEL = "cancel"  # a cancel came in for a job some node holds
+    BACKENDS = "backends"  # the inference backends or their pauses changed
+    ANY = "*"  # events may have been missed: look at everything
 
 
 NODES_KEPT_S = 3600.0  # a dead node stays in the fleet's list this long, then recover drops it
@@ -94,6 +108,22 @@ class JobRecord:
     finished: float | None = None
     done_seq: int | None = None
     not_before: float | None = None  # a retry's backoff: not claimable before this time
+
+    def job_request(self) -> JobRequest:
+        """The request, as the client's model."""
+        return JobRequest.model_validate(self.request)
+
+    def rollout_result(self) -> RolloutResult | None:
+        """The result of a completed job."""
+        return RolloutResult.model_validate(self.result) if self.result else None
+
+    def error_info(self) -> JobErrorInfo | None:
+        """Why a job failed."""
+        return JobErrorInfo.model_validate(self.error) if self.error else None
+
+    def run_output(self) -> RunOutput | None:
+        """What the run stage handed to evaluation, while the job is on its way there."""
+        return RunOutput.from_json(self.stage_output) if self.stage_output else None
 
 
 @dataclass(frozen=True)
@@ -160,7 +190,7 @@ class JobStore(Protocol):
         back to the queue at once (a job in eval stays in eval), and its row goes."""
         ...
 
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+    def subscribe(self, on_event: Callable[[StoreEvent], None]) -> Callable[[], None]:
         """Call ``on_event`` (from another thread) when any node changes a job: ``init`` or
         ``eval`` (work for that stage), ``done``, ``cancel``; ``*`` when events may have been
         missed. A store that cannot tell (SQLite) never calls it; nodes then poll. Returns

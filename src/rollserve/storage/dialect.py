@@ -14,6 +14,8 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
+from rollserve.storage.base import StoreEvent
+
 Row = dict[str, Any]
 """A row by column name, its JSON columns decoded."""
 Params = Mapping[str, Any]
@@ -74,7 +76,7 @@ class Dialect(Protocol):
         ``name`` set (values that are not objects: they replace those of the same key)."""
         ...
 
-    def announce(self, event: str) -> str:
+    def announce(self, event: StoreEvent) -> str:
         """An expression for a RETURNING list: tell every node's :meth:`subscribe` of
         ``event`` (a word), once the change commits; NULL where nodes cannot be told."""
         ...
@@ -100,7 +102,7 @@ class Dialect(Protocol):
         """The latest place in the results feed that every reader may see (0 before any)."""
         ...
 
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+    def subscribe(self, on_event: Callable[[StoreEvent], None]) -> Callable[[], None]:
         """See :meth:`rollserve.storage.base.JobStore.subscribe`."""
         ...
 

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rollserve.errors import StoreUnavailableError
+from rollserve.storage.base import StoreEvent
 from rollserve.storage.dialect import NO_PARAMS, ColumnType, Params, Row
 from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
 
@@ -109,9 +110,9 @@ class PostgresDialect:
     def merged(self, column: str, name: str) -> str:
         return f"{column} || :{name}"
 
-    def announce(self, event: str) -> str:
+    def announce(self, event: StoreEvent) -> str:
         # Sent on commit, once per transaction however many rows return it.
-        return f"pg_notify('{CHANNEL}', '{event}')"
+        return f"pg_notify('{CHANNEL}', '{event.value}')"
 
     def statement(self, text: str) -> bytes:
         """The store's statement in psycopg's placeholders (``:name`` as ``%(name)s``)."""
@@ -180,7 +181,7 @@ class PostgresDialect:
 
     # -- announcements -----------------------------------------------------------------------------
 
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+    def subscribe(self, on_event: Callable[[StoreEvent], None]) -> Callable[[], None]:
         stop = threading.Event()
         thread = threading.Thread(
             target=self._listen, args=(on_event, stop), name="rollserve-store-listen", daemon=True
@@ -193,16 +194,16 @@ class PostgresDialect:
 
         return unsubscribe
 
-    def _listen(self, on_event: Callable[[str], None], stop: threading.Event) -> None:
+    def _listen(self, on_event: Callable[[StoreEvent], None], stop: threading.Event) -> None:
         """LISTEN on a connection of its own; after a reconnect, ``*``: events may be lost."""
         while not stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, **self._kwargs) as conn:
                     conn.execute(SQL("LISTEN {}").format(Identifier(CHANNEL)))
-                    on_event("*")
+                    on_event(StoreEvent.ANY)
                     while not stop.is_set():
                         for note in conn.notifies(timeout=0.5):
-                            on_event(note.payload)
+                            on_event(_event(note.payload))
             except psycopg.OperationalError as exc:
                 log.warning("store notifications lost (%s); reconnecting", exc)
                 stop.wait(1.0)
@@ -252,3 +253,11 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.execute("SET enable_seqscan = off")
     conn.execute("SET jit = off")
     conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
+def _event(payload: str) -> StoreEvent:
+    """A notification's event; one this node does not know (a newer node's) means: look."""
+    try:
+        return StoreEvent(payload)
+    except ValueError:
+        return StoreEvent.ANY

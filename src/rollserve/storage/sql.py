@@ -21,6 +21,7 @@ from rollserve.storage.base import (
     JobStatus,
     NewJob,
     Stage,
+    StoreEvent,
     Submitted,
 )
 from rollserve.storage.dialect import Params, Row, Tx
@@ -105,7 +106,9 @@ class SqlJobStore(SqlRecords):
         stay: bool = False,
     ) -> bool:
         pinned = stage == Stage.RUN or stay  # run needs init's sandbox; stay, a kept layer
-        announced = "" if pinned else f", {self._db.announce(stage.value)}"  # (for this node)
+        announced = (
+            "" if pinned else f", {self._db.announce(StoreEvent(stage.value))}"
+        )  # (for this node)
         return self._step(
             job_id,
             owner,
@@ -137,7 +140,7 @@ class SqlJobStore(SqlRecords):
             f"UPDATE jobs SET stage = :stage, status = :status, {_UNLEASED}, node = NULL,"
             " error = :error, updated = :now, not_before = :now + :delay,"
             f" attempts = attempts + :again WHERE {_HELD} AND NOT cancel_requested"
-            f" RETURNING job_id, {self._db.announce(stage.value)}",
+            f" RETURNING job_id, {self._db.announce(StoreEvent(stage.value))}",
             {
                 "stage": stage.value,
                 "status": status.value,
@@ -210,7 +213,7 @@ class SqlJobStore(SqlRecords):
             " stage_output = NULL, result = :result, error = :error,"
             f" timing = {self._db.merged('timing', 'timing')}, updated = :now, finished = :now,"
             f" done_seq = {self._db.feed_place} WHERE {where}"
-            f" RETURNING job_id, {self._db.announce('done')}"
+            f" RETURNING job_id, {self._db.announce(StoreEvent.DONE)}"
         )
 
     # -- cancelling --------------------------------------------------------------------------------
@@ -247,7 +250,7 @@ class SqlJobStore(SqlRecords):
         if row["lease_owner"] is not None and row["lease_expires"] >= tx.now:
             tx.query(
                 "UPDATE jobs SET cancel_requested = true, updated = :now WHERE seq = :seq"
-                f" RETURNING seq, {self._db.announce('cancel')}",  # its node stops at once
+                f" RETURNING seq, {self._db.announce(StoreEvent.CANCEL)}",  # its node stops at once
                 {"seq": row["seq"]},
             )
             return
@@ -258,7 +261,7 @@ class SqlJobStore(SqlRecords):
             f"UPDATE jobs SET stage = 'done', status = 'cancelled', cancel_requested = true,"
             f" {_UNLEASED}, node = NULL, stage_output = NULL, updated = :now, finished = :now,"
             f" done_seq = {self._db.feed_place} WHERE seq = :seq"
-            f" RETURNING seq, {self._db.announce('done')}",
+            f" RETURNING seq, {self._db.announce(StoreEvent.DONE)}",
             {"seq": row["seq"]},
         )
 
@@ -305,7 +308,7 @@ class SqlJobStore(SqlRecords):
         tx.query(
             f"UPDATE jobs SET stage = :stage, status = :status, {_UNLEASED}, node = NULL,"
             " updated = :now, attempts = attempts + :again WHERE seq = :seq"
-            f" RETURNING seq, {self._db.announce(stage.value)}",
+            f" RETURNING seq, {self._db.announce(StoreEvent(stage.value))}",
             {"stage": stage.value, "status": status.value, "again": again, "seq": row["seq"]},
         )
 

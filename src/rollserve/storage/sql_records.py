@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rollserve.schema.api import JobQuery, JobsPage
-from rollserve.storage.base import JobEvent, JobRecord, NodeRecord
+from rollserve.storage.base import JobEvent, JobRecord, NodeRecord, StoreEvent
 from rollserve.storage.browse import SUMMARY_COLUMNS, order, summary, where
 from rollserve.storage.dialect import Dialect
 from rollserve.storage.rows import to_record
@@ -55,7 +55,7 @@ class SqlRecords:
             for row in rows
         ]
 
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+    def subscribe(self, on_event: Callable[[StoreEvent], None]) -> Callable[[], None]:
         return self._db.subscribe(on_event)
 
     # -- queue figures, browsing -------------------------------------------------------------------
@@ -102,7 +102,8 @@ class SqlRecords:
         self._db.write(
             "INSERT INTO backends (backend_id, spec, updated) VALUES (:id, :spec, :now)"
             " ON CONFLICT (backend_id) DO UPDATE SET spec = excluded.spec,"
-            f" updated = excluded.updated RETURNING backend_id, {self._db.announce('backends')}",
+            " updated = excluded.updated"
+            f" RETURNING backend_id, {self._db.announce(StoreEvent.BACKENDS)}",
             {"id": backend_id, "spec": self._db.json(spec)},
         )
 
@@ -114,13 +115,13 @@ class SqlRecords:
         return bool(
             self._db.write(
                 "DELETE FROM backends WHERE backend_id = :id"
-                f" RETURNING backend_id, {self._db.announce('backends')}",
+                f" RETURNING backend_id, {self._db.announce(StoreEvent.BACKENDS)}",
                 {"id": backend_id},
             )
         )
 
     def save_pause(self, model: str, pause: dict[str, Any] | None) -> None:
-        announced = self._db.announce("backends")
+        announced = self._db.announce(StoreEvent.BACKENDS)
         if pause is None:
             self._db.write(
                 f"DELETE FROM pauses WHERE model = :model RETURNING model, {announced}",

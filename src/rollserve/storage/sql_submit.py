@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from rollserve.errors import JobConflictError, QueueFullError
-from rollserve.storage.base import JobStatus, NewJob, Stage, Submitted
+from rollserve.storage.base import JobStatus, NewJob, StoreEvent, Submitted
 from rollserve.storage.dialect import ColumnType, Dialect, Params
 
 _NEW_JOB: tuple[tuple[str, ColumnType], ...] = (
@@ -91,7 +91,7 @@ def _insert(db: Dialect, jobs: Collection[NewJob], max_queued: int) -> tuple[str
         " AND (SELECT count(*) FROM jobs WHERE stage <> 'done') + :k <= :max"
         # ON CONFLICT: another node may store one of the ids first.
         " ORDER BY n.ord ON CONFLICT (job_id) DO NOTHING"
-        f" RETURNING job_id, {db.announce(Stage.INIT.value)}"
+        f" RETURNING job_id, {db.announce(StoreEvent.INIT)}"
     )
     params = {
         "jobs": db.json(listed),

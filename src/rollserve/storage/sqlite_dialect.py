@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollserve.errors import StoreUnavailableError
+from rollserve.storage.base import StoreEvent
 from rollserve.storage.dialect import NO_PARAMS, ColumnType, Params, Row
 from rollserve.storage.sqlite_schema import FEED_PLACE, migrate
 
@@ -69,7 +70,7 @@ class SqliteDialect:
     def merged(self, column: str, name: str) -> str:
         return f"json_patch({column}, :{name})"
 
-    def announce(self, event: str) -> str:
+    def announce(self, event: StoreEvent) -> str:
         return "NULL"  # other processes on the file poll
 
     # -- statements --------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ class SqliteDialect:
                 reason=reason,
             ) from exc
 
-    def subscribe(self, on_event: Callable[[str], None]) -> Callable[[], None]:
+    def subscribe(self, on_event: Callable[[StoreEvent], None]) -> Callable[[], None]:
         """SQLite cannot tell other processes' changes: nodes on one file poll."""
         return lambda: None
 
