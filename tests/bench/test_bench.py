@@ -4,44 +4,17 @@ add up. Behaviour only: no speed is asserted."""
 
 from __future__ import annotations
 
-import json
 import os
 import pwd
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollserve.sandbox import SandboxManager
-from rollserve.settings import Settings
-from tests.conformance.conftest import require
-from tests.missing import missing
-
-ROLLSERVE = shutil.which("rollserve") or str(Path(__file__).parents[2] / ".venv/bin/rollserve")
-
-
-@pytest.fixture(autouse=True)
-def _bwrap(tmp_path: Path) -> None:
-    require(SandboxManager(Settings(data_dir=tmp_path / "data")), "bwrap")
-
-
-def _bench(*args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [ROLLSERVE, "bench", *args, "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,  # a guard against a hang; a loaded machine takes minutes
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report: dict[str, Any] = json.loads(proc.stdout)
-    return report
+from tests.bench.conftest import bench
 
 
 def test_bench_pipeline_json() -> None:
-    report = _bench(
+    report = bench(
         "pipeline",
         *("--rollouts", "6", "--slots", "2", "--turns", "3"),
         *("--model-ms", "20", "--init-ms", "10", "--eval-ms", "20"),
@@ -69,7 +42,7 @@ def test_bench_pipeline_json() -> None:
 
 
 def test_bench_overhead_json() -> None:
-    report = _bench("overhead", "--turns", "10", "--rollouts", "1", "--jobs", "3")
+    report = bench("overhead", "--turns", "10", "--rollouts", "1", "--jobs", "3")
     assert set(report) == {
         "turn",
         "turn_without_command",
@@ -94,7 +67,7 @@ def test_bench_overhead_json() -> None:
 
 
 def test_bench_scale_json() -> None:
-    report = _bench("scale", "--max", "20", "--turns", "3", "--model-ms", "50")
+    report = bench("scale", "--max", "20", "--turns", "3", "--model-ms", "50")
     assert set(report) == {
         "user",
         "turns",
@@ -119,7 +92,7 @@ def test_bench_scale_json() -> None:
 
 
 def test_bench_gateway_json() -> None:
-    report = _bench(
+    report = bench(
         "gateway",
         "--concurrency",
         "1",
@@ -146,7 +119,7 @@ def test_bench_gateway_json() -> None:
 
 
 def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
-    result = _bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10")
+    result = bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10")
     assert result["store"] == "postgresql" and result["server"] == "given"
     assert [r["clients"] for r in result["results"]] == [1, 4, 16]
     assert all(r["lifecycles"] > 0 for r in result["results"])
@@ -159,7 +132,7 @@ def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
 def test_bench_nodes_runs_every_configuration(postgres: Any) -> None:
     """1 node on SQLite, then 1, 2 and 4 node processes on a throwaway PostgreSQL: every
     rollout completes once, through nodes that share one store."""
-    result = _bench("nodes", "--rollouts", "6", "--turns", "2", "--model-ms", "0")
+    result = bench("nodes", "--rollouts", "6", "--turns", "2", "--model-ms", "0")
     assert [(s["store"], s["nodes"]) for s in result["steps"]] == [
         ("sqlite", 1),
         ("postgresql", 1),
@@ -173,7 +146,7 @@ def test_bench_nodes_runs_every_configuration(postgres: Any) -> None:
 
 
 def test_bench_soak_accounts_for_every_rollout_and_leaves_nothing() -> None:
-    result = _bench("soak", "--rollouts", "60", "--in-flight", "12")
+    result = bench("soak", "--rollouts", "60", "--in-flight", "12")
     assert result["outcomes"] == {kind: 10 for kind in (
         "rewarded", "unrewarded", "max_turns", "retried", "failed", "cancelled")}  # fmt: skip
     assert result["statuses"] == {"completed": 40, "failed": 10, "cancelled": 10}
@@ -186,57 +159,3 @@ def test_bench_soak_accounts_for_every_rollout_and_leaves_nothing() -> None:
     assert set(result["drift_pct"]) == {"fds", "threads", "rss_mib", "processes"}
     assert result["end"]["sandbox_dirs"] == result["end"]["processes"] == 0
     assert all(s["fds"] > 0 and s["threads"] > 0 for s in result["samples"])
-
-
-def test_bench_learn_trains_both_ways_and_draws_the_curves(tmp_path: Path) -> None:
-    out = tmp_path / "learn"
-    short = ["--steps", "3", "--prompts", "2", "--generations", "4", "--eval-every", "2"]
-    short += ["--heldout", "8", "--copy-steps", "5", "--warm-steps", "5", "--out", str(out)]
-    result = _bench("learn", *short)
-    assert json.loads((out / "learn.json").read_text()) == result
-    assert Path(result["plot"]) == (out / "learn.png").resolve()
-    assert Path(result["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    for key in ("heldout_before", "heldout_after", "wall_s", "sync_step_s", "decoupled_step_s"):
-        assert isinstance(result[key], float), key
-    assert [set(s) for s in result["steps"]] == [{"step", "train_reward", "heldout_reward"}] * 3
-    assert [s["heldout_reward"] is None for s in result["steps"]] == [True, False, False]
-    assert result["train_instances"] == 6 and result["heldout_instances"] == 8
-    runs = {run["mode"]: run for run in result["runs"]}
-    assert result["main"] == "decoupled" and set(runs) == {"synchronous", "decoupled"}
-    synchronous, decoupled = runs["synchronous"]["steps"], runs["decoupled"]["steps"]
-    # Synchronous: each batch asked for, every turn by the policy of that step.
-    assert [s["prefetched"] for s in synchronous] == [False, False, False]
-    assert [s["stale_turns"] for s in synchronous] == [0.0, 0.0, 0.0]
-    # Decoupled: after the first, each batch was generated while the trainer updated.
-    assert [s["prefetched"] for s in decoupled] == [False, True, True]
-    for run in result["runs"]:
-        assert 0.0 <= run["heldout_before"] <= 1.0 and 0.0 <= run["heldout_after"] <= 1.0
-        assert all(0.0 <= s["train_reward"] <= 1.0 for s in run["steps"])
-        assert run["rollout_s"] > 0 and run["update_s"] > 0 and run["sync_s"] > 0
-
-
-def test_bench_images_measures_the_same_images_as_root_and_as_an_ordinary_user() -> None:
-    if os.geteuid() != 0:
-        message = "running the bench as another user needs root"
-        missing(message)
-    user = "rollserve-test"  # the rootless suite's user (the Makefile's ROOTLESS_USER)
-    args = ["--files", "50", "--starts", "3", "--concurrent", "2", "--backend", "bwrap"]
-    report = _bench("images", *args, "--kind", "oci-archive", "--kind", "dir", "--user", user)
-    rows = {(r["user"], r["image_kind"]): r for r in report["results"]}
-    assert set(rows) == {(u, k) for u in ("root", user) for k in ("oci-archive", "dir")}
-    # An ordinary user's /testbed is an overlay too: the image cache's trees, and its copy of
-    # the dir image, are its own.
-    assert {r["workspace"] for r in rows.values()} == {"overlay"}
-    assert all(r["files"] == 50 and r["starts"] == 3 for r in rows.values())
-    assert {(w["user"], w["mode"]) for w in report["workspace"]} == {
-        (u, m) for u in ("root", user) for m in ("overlay", "copy")
-    }
-    assert report["conversions"] == 1
-    # a writable root, keeping its layer and a start over it, for each user
-    layers = {(f["user"], f["backend"]): f for f in report["layers"]}
-    assert set(layers) == {("root", "bwrap"), (user, "bwrap")}
-    for figures in layers.values():
-        assert figures["n"] == 3 and figures["written_mb"] == 10
-        assert min(figures["start_p50_ms"], figures["keep_p50_ms"]) > 0
-        assert figures["start_over_layer_p50_ms"] > 0
-    assert pwd.getpwnam(user).pw_uid != 0
