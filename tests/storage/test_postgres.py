@@ -15,8 +15,8 @@ from rollserve.errors import StoreSchemaError, StoreUnavailableError
 from rollserve.fixtures.postgres import TempPostgres
 from rollserve.schema.api import JobQuery
 from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
-from rollserve.storage.pg_schema import VERSION
 from rollserve.storage.postgres import PostgresJobStore
+from rollserve.storage.postgres.schema import VERSION
 from rollserve.storage.sqlite import SCHEMA_VERSION
 
 
@@ -125,7 +125,7 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
 def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
     """A database made by the first schema version gets the columns of the later ones and
     keeps its jobs."""
-    from rollserve.storage.pg_schema import MIGRATIONS
+    from rollserve.storage.postgres.schema import MIGRATIONS
 
     url = postgres.create("old_schema")
     postgres.sql(

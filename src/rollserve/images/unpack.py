@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollserve.errors import ImageCorruptError
+from rollserve.trees import remove_tree
 
 _WHITEOUT = ".wh."
 _OPAQUE = ".wh..wh..opq"
@@ -196,7 +197,7 @@ def _remove(path: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(info.st_mode):
-        shutil.rmtree(path)
+        remove_tree(Path(path))  # a layer may have left it unwritable
     else:
         try:
             os.unlink(path)

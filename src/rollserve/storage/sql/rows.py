@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from rollserve.errors import LeaseLostError
 from rollserve.storage.base import STAGE_STATUS, JobRecord, JobStatus, Stage
-from rollserve.storage.dialect import Row
+from rollserve.storage.sql.dialect import Row
 
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
 

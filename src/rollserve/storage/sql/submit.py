@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from rollserve.errors import JobConflictError, QueueFullError
 from rollserve.storage.base import JobStatus, NewJob, StoreEvent, Submitted
-from rollserve.storage.dialect import ColumnType, Dialect, Params
+from rollserve.storage.sql.dialect import ColumnType, Dialect, Params
 
 _NEW_JOB: tuple[tuple[str, ColumnType], ...] = (
     ("job_id", "text"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rollserve.storage.pg_dialect import PostgresDialect
-from rollserve.storage.sql import SqlJobStore
+from rollserve.storage.postgres.dialect import PostgresDialect
+from rollserve.storage.sql.store import SqlJobStore
 
 __all__ = ["PostgresJobStore"]
 

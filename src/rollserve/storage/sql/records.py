@@ -10,12 +10,12 @@ from typing import Any
 from rollserve.schema.api import JobQuery, JobsPage
 from rollserve.storage.base import JobEvent, JobRecord, NodeRecord, StoreEvent
 from rollserve.storage.browse import SUMMARY_COLUMNS, order, summary, where
-from rollserve.storage.dialect import Dialect
-from rollserve.storage.rows import to_record
+from rollserve.storage.sql.dialect import Dialect
+from rollserve.storage.sql.rows import to_record
 
 
 class SqlRecords:
-    """The reading side of :class:`rollserve.storage.sql.SqlJobStore`, and the records that
+    """The reading side of :class:`rollserve.storage.sql.store.SqlJobStore`, and the records that
     are not jobs."""
 
     def __init__(self, dialect: Dialect) -> None:

@@ -19,8 +19,8 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rollserve.errors import StoreUnavailableError
 from rollserve.storage.base import StoreEvent
-from rollserve.storage.dialect import NO_PARAMS, ColumnType, Params, Row
-from rollserve.storage.pg_schema import CHANNEL, FEED_LOCK, migrate
+from rollserve.storage.postgres.schema import CHANNEL, FEED_LOCK, migrate
+from rollserve.storage.sql.dialect import NO_PARAMS, ColumnType, Params, Row
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ _CASTS: dict[ColumnType, str] = {"text": "", "integer": "::integer", "json": ""}
 
 
 class PostgresDialect:
-    """:class:`rollserve.storage.dialect.Dialect` on a PostgreSQL database."""
+    """:class:`rollserve.storage.sql.dialect.Dialect` on a PostgreSQL database."""
 
     for_update = " FOR UPDATE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
@@ -213,7 +213,7 @@ class PostgresDialect:
 
 
 class PgTx:
-    """:class:`rollserve.storage.dialect.Tx` on one connection of the pool."""
+    """:class:`rollserve.storage.sql.dialect.Tx` on one connection of the pool."""
 
     def __init__(self, dialect: PostgresDialect, cur: Cursor, now: float | None) -> None:
         self._dialect = dialect

@@ -1,5 +1,5 @@
 """The job store on a SQL database: :class:`rollserve.storage.base.Store`'s state machine,
-written once over a :class:`rollserve.storage.dialect.Dialect` (SQLite, PostgreSQL).
+written once over a :class:`rollserve.storage.sql.dialect.Dialect` (SQLite, PostgreSQL).
 
 What a worker does to a job it holds (advance, requeue, finish) is one statement guarded by
 the lease: it changes the job only while that worker holds it. When it changes nothing, a
@@ -24,10 +24,10 @@ from rollserve.storage.base import (
     StoreEvent,
     Submitted,
 )
-from rollserve.storage.dialect import Params, Row, Tx
-from rollserve.storage.rows import gone, held, released_to, to_record, waiting_for
-from rollserve.storage.sql_records import SqlRecords
-from rollserve.storage.sql_submit import submit
+from rollserve.storage.sql.dialect import Params, Row, Tx
+from rollserve.storage.sql.records import SqlRecords
+from rollserve.storage.sql.rows import gone, held, released_to, to_record, waiting_for
+from rollserve.storage.sql.submit import submit
 
 # The job ``:id`` is held by ``:owner`` (a job that ended is held by nobody).
 _HELD = "job_id = :id AND lease_owner = :owner AND stage <> 'done'"

@@ -6,9 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rollserve.storage.sql import SqlJobStore
-from rollserve.storage.sqlite_dialect import SqliteDialect
-from rollserve.storage.sqlite_schema import SCHEMA_VERSION
+from rollserve.storage.sql.store import SqlJobStore
+from rollserve.storage.sqlite.dialect import SqliteDialect
+from rollserve.storage.sqlite.schema import SCHEMA_VERSION
 
 __all__ = ["SCHEMA_VERSION", "SqliteJobStore"]
 

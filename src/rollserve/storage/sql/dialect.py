@@ -1,4 +1,4 @@
-"""What a SQL database gives the job store (:class:`rollserve.storage.sql.SqlJobStore`): its
+"""What a SQL database gives the job store (:class:`rollserve.storage.sql.store.SqlJobStore`): its
 connection and transactions, the store's clock, and the few pieces of SQL that its flavour
 writes its own way.
 

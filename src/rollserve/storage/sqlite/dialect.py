@@ -15,8 +15,8 @@ from typing import Any
 
 from rollserve.errors import StoreUnavailableError
 from rollserve.storage.base import StoreEvent
-from rollserve.storage.dialect import NO_PARAMS, ColumnType, Params, Row
-from rollserve.storage.sqlite_schema import FEED_PLACE, migrate
+from rollserve.storage.sql.dialect import NO_PARAMS, ColumnType, Params, Row
+from rollserve.storage.sqlite.schema import FEED_PLACE, migrate
 
 # SQLite's result codes of a file that cannot be used for now (another process holds it, its
 # disk is full, the disk fails): the store does not answer, and callers try again later.
@@ -29,7 +29,7 @@ _RETURNED = "WITH returned(job_id) AS (SELECT value FROM json_each(:returned)) "
 
 
 class SqliteDialect:
-    """:class:`rollserve.storage.dialect.Dialect` on one SQLite file, safe for several threads
+    """:class:`rollserve.storage.sql.dialect.Dialect` on one SQLite file, safe for several threads
     and processes."""
 
     for_update = ""  # a write transaction holds the whole file
@@ -141,7 +141,7 @@ class SqliteDialect:
 
 
 class SqliteTx:
-    """:class:`rollserve.storage.dialect.Tx` in the SQLite file's write transaction."""
+    """:class:`rollserve.storage.sql.dialect.Tx` in the SQLite file's write transaction."""
 
     def __init__(self, db: sqlite3.Connection, now: float) -> None:
         self._db = db
