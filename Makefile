@@ -5,9 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# The suite runs on 3 workers, a test file to a worker: most tests wait on processes,
+# The suite runs on 4 workers, a test file to a worker: most tests wait on processes,
 # servers and sandboxes rather than compute.
-PYTEST_WORKERS ?= 3
+PYTEST_WORKERS ?= 4
 # The suites that touch sandboxes, images, SWE tasks, restarts, the fleet on PostgreSQL, the
 # viewer and the sandbox check run a second time as an ordinary user (made if missing), in
 # cgroups delegated to it as systemd's Delegate=yes does.

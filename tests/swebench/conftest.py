@@ -6,8 +6,11 @@ session."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from rollserve.fixtures import oci, python_layer, swebench_image
 from rollserve.fixtures.swebench_image import build_instance_image, load_recipe
 from rollserve.node import build_node, default_plugins
 from rollserve.schema.jobs import JobRequest, Task
@@ -25,6 +29,8 @@ from tests.cli.test_cli import ROLLSERVE
 from tests.images.conftest import require_base_rootfs
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "swebench"
+IMAGES = Path(__file__).parents[2] / ".cache" / "swebench-images"  # shared: see _instance_images
+_BUILDERS = (swebench_image.__file__, python_layer.__file__, oci.__file__)
 ROWS = EXAMPLES / "rows.jsonl"
 INSTANCE = "pylint-dev__pylint-4551"
 CLASSIC = f"{INSTANCE}-classic"  # the same row without the harness's columns
@@ -52,28 +58,62 @@ class Instance:
         return Settings(data_dir=tmp / "data", image_cache_dir=self.cache, **changes)
 
 
+def _build(rows: list[dict[str, Any]], base_rootfs: Path, out: Path) -> Path:
+    for each in rows:
+        name = each["instance_id"]
+        build_instance_image(
+            each,
+            out / f"{name}.tar",
+            base_rootfs=base_rootfs,
+            work=out / "build" / name,
+            recipe=load_recipe(EXAMPLES / "recipes.json", name),
+        )
+    shutil.rmtree(out / "build", ignore_errors=True)
+    return out
+
+
+def _instance_images(rows: list[dict[str, Any]], base_rootfs: Path, tmp: Path) -> Path:
+    """The rows' instance images, built once for what makes them (the rows, the recipes, the
+    builder, the base image): the workers of a run, and the root and the rootless run, share
+    them, a file lock letting one build while the others wait. Where the shared directory
+    cannot be written (another user's, unfinished), the images are built in ``tmp``."""
+    digest = hashlib.sha256()
+    for made_by in (ROWS, EXAMPLES / "recipes.json", *map(Path, _BUILDERS)):
+        digest.update(made_by.read_bytes())
+    digest.update(str(base_rootfs.stat().st_mtime_ns).encode())
+    shared = IMAGES / digest.hexdigest()[:16]
+    if (shared / "complete").exists():
+        return shared
+    try:
+        IMAGES.mkdir(parents=True, exist_ok=True)
+        lock = os.open(IMAGES / f"{shared.name}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    except OSError:
+        return _build(rows, base_rootfs, tmp)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (shared / "complete").exists():
+            building = shared.with_name(shared.name + ".building")
+            shutil.rmtree(building, ignore_errors=True)
+            (_build(rows, base_rootfs, building) / "complete").touch()
+            building.rename(shared)
+    finally:
+        os.close(lock)
+    return shared
+
+
 @pytest.fixture(scope="session")
 def instance(tmp_path_factory: pytest.TempPathFactory) -> Instance:
     base_rootfs = require_base_rootfs()
     tmp = tmp_path_factory.mktemp("swebench")
     rows = [json.loads(line) for line in ROWS.read_text().splitlines() if line]
-    recipes = EXAMPLES / "recipes.json"
-    for each in rows:
-        name = each["instance_id"]
-        build_instance_image(
-            each,
-            tmp / f"{name}.tar",
-            base_rootfs=base_rootfs,
-            work=tmp / "build" / name,
-            recipe=load_recipe(recipes, name),
-        )
+    images = _instance_images(rows, base_rootfs, tmp)
     [row] = [r for r in rows if r["instance_id"] == INSTANCE]
-    image = f"oci-archive:{tmp / INSTANCE}.tar"
+    image = f"oci-archive:{images / INSTANCE}.tar"
     classic = {k: v for k, v in row.items() if k not in ("eval_script", "log_parser", "eval_type")}
     classic.update(instance_id=CLASSIC, image=image)
     imported = tmp / "rows.jsonl"
     imported.write_text("".join(json.dumps(r) + "\n" for r in [*rows, classic]))
-    reports = import_rows(imported, tmp / "tasks", f"oci-archive:{tmp}/{{instance_id}}.tar")
+    reports = import_rows(imported, tmp / "tasks", f"oci-archive:{images}/{{instance_id}}.tar")
     assert all(r.valid for r in reports), reports
     return Instance(row=row, image=image, tasks_dir=tmp / "tasks", cache=tmp / "image-cache")
 

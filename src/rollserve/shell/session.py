@@ -289,9 +289,12 @@ class ShellSession:
                 await self._interrupt()
                 return self._result(timed_out=True, exit_code=None)
             idle = now - self._term.last_data >= self._input_idle_s
-            # (the command may finish while /proc is read: then bash itself reads the tty)
-            if idle and await self._reading_input() and not self._finished():
-                return self._result(waiting=True, exit_code=None)
+            if idle and await self._reading_input():
+                # The command may have finished meanwhile, and bash itself read the tty: what
+                # it wrote before that read (its marker) is in the terminal already.
+                self._term.drain()
+                if not self._finished():
+                    return self._result(waiting=True, exit_code=None)
             await self._term.wait(_TICK_S if deadline is None else min(_TICK_S, deadline - now))
         result = self._result(exit_code=self._status)
         if self._fed_input:
