@@ -11,10 +11,9 @@ from rollserve.agents.submit import SubmitAgent
 from rollserve.agents.tool import ToolAgent
 from rollserve.gateway.keys import Gateway
 from rollserve.images.store import ImageStore, source_factories
-from rollserve.llm.base import LLMBackend
-from rollserve.llm.kinds import OpenAIBackend, SglangBackend, VllmBackend
+from rollserve.llm.kinds import built_in_kinds, with_templates
 from rollserve.llm.parsers import default_parsers
-from rollserve.llm.router import BackendFactory, Router
+from rollserve.llm.router import Router
 from rollserve.llm.session import Models
 from rollserve.llm.templates import TemplateCache
 from rollserve.pipeline.scheduler import Scheduler
@@ -30,7 +29,6 @@ from rollserve.plugins import (
 from rollserve.registry import Registry, made
 from rollserve.sandbox import SandboxManager
 from rollserve.sandbox.manager import BUILT_IN as SANDBOX_BACKENDS
-from rollserve.schema.backends import BackendView
 from rollserve.settings import Settings
 from rollserve.storage.registry import default_stores, open_store
 from rollserve.tasks.base import TaskHandler
@@ -69,10 +67,7 @@ def default_plugins() -> Plugins:
         sandbox_backends.register(backend.name, backend)
     image_sources: Registry[ImageSourceFactory] = source_factories()
     stores: Registry[StoreFactory] = default_stores()
-    llm_kinds: Registry[LLMKind] = Registry("backend kind")
-    llm_kinds.register("vllm", VllmBackend)
-    llm_kinds.register("sglang", SglangBackend)
-    llm_kinds.register("openai", OpenAIBackend)
+    llm_kinds: Registry[LLMKind] = built_in_kinds()
     return Plugins(
         handlers=handlers,
         agents=agents,
@@ -91,7 +86,7 @@ def build_node(settings: Settings, plugins: Plugins) -> RolloutService:
     images = ImageStore(settings, made(plugins.image_sources, settings))
     sandboxes = SandboxManager(settings, made(plugins.sandbox_backends, settings), images)
     templates = TemplateCache()
-    router = Router(settings, store, _with_templates(plugins.llm_kinds, templates))
+    router = Router(settings, store, with_templates(plugins.llm_kinds, templates))
     models = Models(router, templates, settings.llm_abort_resumes)
     gateway = Gateway()
     scheduler = Scheduler(
@@ -111,17 +106,3 @@ def build_node(settings: Settings, plugins: Plugins) -> RolloutService:
         gateway=gateway,
         scheduler=scheduler,
     )
-
-
-def _with_templates(kinds: Registry[LLMKind], templates: TemplateCache) -> Registry[BackendFactory]:
-    registry: Registry[BackendFactory] = Registry(kinds.kind)
-    for name in kinds:
-        registry.register(name, _bound(kinds.get(name), templates))
-    return registry
-
-
-def _bound(kind: LLMKind, templates: TemplateCache) -> BackendFactory:
-    def build(view: BackendView, settings: Settings) -> LLMBackend:
-        return kind(view, settings, templates)
-
-    return build

@@ -17,12 +17,10 @@ from typing import cast
 from rollserve.agents.base import Agent
 from rollserve.errors import InvalidInputError
 from rollserve.images.base import ImageSource
-from rollserve.llm.base import LLMBackend
-from rollserve.llm.templates import TemplateCache
+from rollserve.llm.kinds import KindFactory
 from rollserve.llm.toolcalls import ToolCallParser
 from rollserve.registry import Registry
 from rollserve.sandbox.base import SandboxBackend
-from rollserve.schema.backends import BackendView
 from rollserve.settings import Settings
 from rollserve.storage.base import Store
 from rollserve.tasks.base import TaskHandler
@@ -39,9 +37,8 @@ ImageSourceFactory = Callable[[Settings], ImageSource]
 StoreFactory = Callable[[str, Settings], Store]
 """Opens the job store at a ``store_url`` of the scheme it is registered under."""
 
-LLMKind = Callable[[BackendView, Settings, TemplateCache], LLMBackend]
-"""Makes an inference backend of one kind (``BackendSpec.kind``) for a registration; the
-node's cache of chat templates is shared by all."""
+LLMKind = KindFactory
+"""Makes an inference backend of one kind (``BackendSpec.kind``) for a registration."""
 
 
 @dataclass

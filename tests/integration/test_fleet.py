@@ -110,19 +110,21 @@ def test_a_sigkilled_node_loses_no_job(
     httpx.post(f"{a.url}/v1/jobs/batch", json={"jobs": jobs})
     _until(lambda: _status(b)["stages"]["run"]["active"] >= 1)
     b.kill()  # SIGKILL: its leases and its sandboxes' jobs must expire to others
-    _until(lambda: not {n["node_id"]: n for n in _status(a)["nodes"]}["node-1"]["alive"])
-    views = [
-        httpx.get(f"{c.url}/v1/jobs/j{i}", params={"wait": 90}, timeout=100).json()
-        for i in range(12)
-    ]
-    failed = {v["job_id"]: v.get("error") for v in views if v["status"] != "completed"}
-    assert failed == {}
-    assert max(v["attempts"] for v in views) == 2  # b's jobs ran again, once
-    feed = httpx.get(f"{a.url}/v1/results", params={"limit": 100}).json()["results"]
-    assert sorted(r["job_id"] for r in feed) == sorted(f"j{i}" for i in range(12))  # once each
     sandboxes = b.data_dir / "sandboxes"
-    assert list(sandboxes.iterdir())  # what the killed node had open
-    b.start()  # back on its data directory: nothing of the killed node is left
+    try:
+        _until(lambda: not {n["node_id"]: n for n in _status(a)["nodes"]}["node-1"]["alive"])
+        views = [
+            httpx.get(f"{c.url}/v1/jobs/j{i}", params={"wait": 90}, timeout=100).json()
+            for i in range(12)
+        ]
+        failed = {v["job_id"]: v.get("error") for v in views if v["status"] != "completed"}
+        assert failed == {}
+        assert max(v["attempts"] for v in views) == 2  # b's jobs ran again, once
+        feed = httpx.get(f"{a.url}/v1/results", params={"limit": 100}).json()["results"]
+        assert sorted(r["job_id"] for r in feed) == sorted(f"j{i}" for i in range(12))  # once
+        assert list(sandboxes.iterdir())  # what the killed node had open
+    finally:
+        b.start()  # back on its data directory: nothing of the killed node is left
     assert not sandboxes.exists() or list(sandboxes.iterdir()) == []
     assert _status(b)["live_sandboxes"] == 0
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from rollserve.errors import (
@@ -225,19 +226,37 @@ async def _probe(backend: VllmBackend | SglangBackend, what: str) -> None:
         ) from exc
 
 
-def default_kinds(templates: TemplateCache) -> Registry[BackendFactory]:
-    """The backend kinds by name, sharing one cache of chat templates."""
-    kinds: Registry[BackendFactory] = Registry("backend kind")
-    kinds.register("vllm", _factory(VllmBackend, templates))
-    kinds.register("sglang", _factory(SglangBackend, templates))
-    kinds.register("openai", _factory(OpenAIBackend, templates))
+KindFactory = Callable[[BackendView, Settings, TemplateCache], LLMBackend]
+"""Makes an inference backend of one kind (``BackendSpec.kind``) for a registration; the
+node's cache of chat templates is shared by all (a backend class taking these is one)."""
+
+
+def built_in_kinds() -> Registry[KindFactory]:
+    """The backend kinds rollserve ships, by name."""
+    kinds: Registry[KindFactory] = Registry("backend kind")
+    kinds.register("vllm", VllmBackend)
+    kinds.register("sglang", SglangBackend)
+    kinds.register("openai", OpenAIBackend)
     return kinds
 
 
-def _factory(
-    cls: type[VllmBackend | SglangBackend | OpenAIBackend], templates: TemplateCache
-) -> BackendFactory:
+def with_templates(
+    kinds: Registry[KindFactory], templates: TemplateCache
+) -> Registry[BackendFactory]:
+    """The router's registry of ``kinds``, all sharing ``templates``."""
+    registry: Registry[BackendFactory] = Registry(kinds.kind)
+    for name in kinds:
+        registry.register(name, _bound(kinds.get(name), templates))
+    return registry
+
+
+def default_kinds(templates: TemplateCache) -> Registry[BackendFactory]:
+    """The built-in backend kinds for a router, sharing one cache of chat templates."""
+    return with_templates(built_in_kinds(), templates)
+
+
+def _bound(kind: KindFactory, templates: TemplateCache) -> BackendFactory:
     def build(view: BackendView, settings: Settings) -> LLMBackend:
-        return cls(view, settings, templates)
+        return kind(view, settings, templates)
 
     return build
