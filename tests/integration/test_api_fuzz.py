@@ -20,7 +20,7 @@ from tests.integration.conftest import Server
 TOKEN = "fuzz-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 OPEN = {"/healthz", "/readyz", "/openapi.json"}
-EXAMPLES = 150  # per route at most: about 1,500 requests with the token
+EXAMPLES = 75  # per route at most: about 800 requests with the token
 
 
 @pytest.fixture(scope="module")

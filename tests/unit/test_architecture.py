@@ -4,6 +4,7 @@ point the way it says (layers, the client and schema on their own, no cycles).""
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from collections.abc import Iterator
@@ -39,6 +40,7 @@ def _package(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+@functools.cache
 def _modules() -> dict[str, Path]:
     found = {}
     for path in (SRC / "rollserve").rglob("*.py"):
