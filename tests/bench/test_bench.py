@@ -125,6 +125,11 @@ def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
     assert all(r["lifecycles"] > 0 for r in result["results"])
     assert all(r["client_cpu_ms"] > 0 for r in result["results"])
     assert all(r["server_cpu_ms"] is None for r in result["results"])  # not a server of ours
+    for row in result["results"]:  # pgbench ran the same lifecycle on the same database
+        assert row["pgbench_lifecycles_per_s"] > 0
+        assert row["ratio"] == pytest.approx(
+            row["lifecycles_per_s"] / row["pgbench_lifecycles_per_s"], abs=0.002
+        )
     best = max(r["lifecycles_per_s"] for r in result["results"])
     assert result["nodes_served"] == int(best // 10)
 

@@ -140,6 +140,46 @@ def test_a_stage_handed_on_to_stay_is_claimed_by_its_node_only(store: Store) -> 
     assert evaluation is not None and evaluation.stage_output == {"layer": "/l"}
 
 
+def test_a_stage_passed_on_is_held_by_the_same_owner(store: Store, clock: Clock) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "node-1", 30)
+    run = store.pass_on("a", "node-1", Stage.RUN, 30, timing={"init_s": 0.5})
+    assert run is not None
+    assert (run.stage, run.status, run.lease_owner, run.node, run.attempts) == (
+        Stage.RUN,
+        JobStatus.RUNNING,
+        "node-1",
+        "node-1",
+        1,  # nothing started over
+    )
+    assert run.lease_expires == clock.now + 30
+    assert store.claim(Stage.RUN, "node-1", 30) is None  # held already: not claimed twice
+    assert store.heartbeat(["a"], "node-1", 30) == []
+    evaluation = store.pass_on(
+        "a", "node-1", Stage.EVAL, 30, output={"patch": "diff"}, timing={"run_s": 2.0}
+    )
+    assert evaluation is not None and evaluation.stage_output == {"patch": "diff"}
+    assert evaluation.timing == {"init_s": 0.5, "run_s": 2.0}
+    assert store.claim(Stage.EVAL, "node-2", 30) is None
+    with pytest.raises(LeaseLostError):
+        store.pass_on("a", "node-2", Stage.EVAL, 30)
+    clock.now += 31  # the lease ran out: another node takes the evaluation over
+    taken = store.claim(Stage.EVAL, "node-2", 30)
+    assert taken is not None and (taken.job_id, taken.attempts) == ("a", 2)
+    store.finish("a", "node-2", JobStatus.COMPLETED, result={"reward": 1.0})
+    done = store.get("a")
+    assert done is not None and done.result == {"reward": 1.0}
+
+
+def test_a_cancel_during_a_stage_ends_the_job_where_it_is_passed_on(store: Store) -> None:
+    store.submit(_jobs("a"), max_queued=10)
+    store.claim(Stage.INIT, "n", 30)
+    store.cancel("a")
+    assert store.pass_on("a", "n", Stage.RUN, 30) is None
+    a = store.get("a")
+    assert a is not None and (a.status, a.lease_owner) == (JobStatus.CANCELLED, None)
+
+
 def test_results_feed_in_completion_order(store: Store) -> None:
     store.submit(_jobs("a", "b", "c"), max_queued=10)
     for _ in range(3):

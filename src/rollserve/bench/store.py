@@ -1,24 +1,29 @@
 """``rollserve bench store``: how many job lifecycles per second the job store carries.
 
 Each client is a thread with its own store object (its own connections), as a node would be;
-a lifecycle is what the scheduler asks of the store for one job: submit, claim init, advance
-to run, claim run, advance to eval, claim eval, a heartbeat, finish. Without ``--store-url``
-the bench starts a throwaway PostgreSQL server on this machine (clients and server then share
-its cores) and measures that; the CPU each side spends per lifecycle says where the ceiling
-is (the cores divided by their sum).
+a lifecycle is what the scheduler asks of the store for one job where its workers are free:
+submit, claim init, pass it on to run, pass it on to eval, a heartbeat, finish. Without
+``--store-url`` the bench starts a throwaway PostgreSQL server on this machine (clients and
+server then share its cores) and measures that; the CPU each side spends per lifecycle says
+where the ceiling is (the cores divided by their sum). On PostgreSQL, each client count is
+also run by pgbench with the same statements (:mod:`rollserve.bench.pgbench`), against the
+same database: ``ratio`` is how much of that the store reaches.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rich.table import Table
 
+from rollserve.bench.pgbench import run_pgbench
 from rollserve.bench.stats import quantile
 from rollserve.schema.bench import StoreBenchResult, StoreStep
 from rollserve.settings import Settings
@@ -46,24 +51,20 @@ class _Client:
         return job.job_id
 
     def run(self, until: float) -> None:
-        """Lifecycles until the deadline. Init and eval are claimed from the shared queue, so
-        a client may carry another's job on: what counts is the jobs finished."""
+        """Lifecycles until the deadline. Init is claimed from the shared queue, so a client
+        may carry another's job on: what counts is the jobs finished."""
         while time.perf_counter() < until:
             job_id = f"{self.owner}-{uuid.uuid4().hex[:8]}"
             self.store.submit([NewJob(job_id, {"task": {"task_id": job_id}})], max_queued=10**9)
             claimed = self._claim(Stage.INIT)
             if claimed is None:
                 continue
-            self.store.advance(claimed, self.owner, Stage.RUN)
-            running = self._claim(Stage.RUN)
-            if running is None:
+            if self.store.pass_on(claimed, self.owner, Stage.RUN, 60, timing={}) is None:
                 continue
-            self.store.advance(running, self.owner, Stage.EVAL, output={})
-            evaluating = self._claim(Stage.EVAL)
-            if evaluating is None:
+            if self.store.pass_on(claimed, self.owner, Stage.EVAL, 60, output={}) is None:
                 continue
-            self.store.heartbeat([evaluating], self.owner, 60)
-            self.store.finish(evaluating, self.owner, JobStatus.COMPLETED, result={})
+            self.store.heartbeat([claimed], self.owner, 60)
+            self.store.finish(claimed, self.owner, JobStatus.COMPLETED, result={})
             self.done += 1
 
 
@@ -105,6 +106,20 @@ def _step(
     )
 
 
+def _with_baseline(step: StoreStep, url: str, seconds: float) -> StoreStep:
+    """The step with pgbench's run of the same lifecycle, as many clients, on the same
+    database."""
+    with tempfile.TemporaryDirectory(prefix="rollserve-pgbench-") as work:
+        baseline = run_pgbench(url, step.clients, seconds, Path(work))
+    rate = baseline.lifecycles_per_s
+    return step.model_copy(
+        update={
+            "pgbench_lifecycles_per_s": round(rate, 1),
+            "ratio": round(step.lifecycles_per_s / rate, 3) if rate > 0 else None,
+        }
+    )
+
+
 def bench_store(
     store_url: str | None, seconds: float = 5.0, per_node_rate: float = 25.0
 ) -> StoreBenchResult:
@@ -120,7 +135,12 @@ def bench_store(
         settings = Settings(store_url=store_url, store_pool_size=2)
         open_store(settings).close()  # schema made once, before the clients race to it
         cpu = server.cpu_seconds if server is not None else None
-        results = [_step(lambda: open_store(settings), n, seconds, cpu) for n in CLIENTS]
+        results = []
+        for n in CLIENTS:
+            step = _step(lambda: open_store(settings), n, seconds, cpu)
+            if store_url.startswith(("postgres://", "postgresql://")):
+                step = _with_baseline(step, store_url, seconds)
+            results.append(step)
     finally:
         if server is not None:
             server.close()
@@ -137,13 +157,15 @@ def bench_store(
 
 def store_table(result: StoreBenchResult) -> Table:
     table = Table(title=f"job store ({result.store}, {result.server} server, {result.cpus} CPUs)")
-    columns = ("clients", "lifecycles/s", "claim p50 ms", "claim p99 ms", "missed claims")
-    for column in (*columns, "client CPU ms", "server CPU ms"):
+    columns = ("clients", "lifecycles/s", "pgbench/s", "ratio", "claim p50 ms", "claim p99 ms")
+    for column in (*columns, "missed claims", "client CPU ms", "server CPU ms"):
         table.add_column(column, justify="right")
     for r in result.results:
         table.add_row(
             str(r.clients),
             f"{r.lifecycles_per_s:.0f}",
+            "-" if r.pgbench_lifecycles_per_s is None else f"{r.pgbench_lifecycles_per_s:.0f}",
+            "-" if r.ratio is None else f"{r.ratio:.2f}",
             f"{r.claim_p50_ms:.2f}",
             f"{r.claim_p99_ms:.2f}",
             str(r.missed_claims),

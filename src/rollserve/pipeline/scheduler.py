@@ -9,7 +9,9 @@ and then end the job as ``failed`` with the error — never as a reward of 0.
 Idle workers of a stage take turns: one of them looks for work (and waits for a wake or the
 poll) while the others wait behind it, so the store sees one claim per job, not one per idle
 worker. Init runs ahead of run by at most the init pool's size: a node holds no more
-sandboxes made and waiting for a run worker than it has init workers.
+sandboxes made and waiting for a run worker than it has init workers. A stage that ends where
+a worker of the next stage is free passes its job on to it in the same write to the store
+(``pass_on``): the job is that worker's without a claim.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class Scheduler:
         # of such a job for that stage is this node's own lapsed lease, not new work.
         self._working: dict[str, Stage] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
+        # Jobs leased to this node for a stage by the stage before it (pass_on), each waiting
+        # for one of this node's workers of that stage, which takes it before it claims.
+        self._passed: dict[Stage, dict[str, JobRecord]] = {stage: {} for stage in self._wake}
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
         self._leases: ThreadPoolExecutor | None = None
@@ -119,6 +124,8 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
+        for passed in self._passed.values():  # leased to this node: leave hands them back
+            passed.clear()
         for sandbox in self._held.values():
             if sandbox is not None:
                 await self.runner.sandboxes.close(sandbox)
@@ -157,6 +164,8 @@ class Scheduler:
         task = self._active.get(job_id)
         if task is not None:
             task.cancel()
+        if self._take_passed(job_id):  # no worker has it yet: it ends here
+            await self._stopped(job_id)
         await self._release(job_id)
         self.changes.notify()
 
@@ -190,6 +199,9 @@ class Scheduler:
         or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
+            passed = self._passed[stage]
+            if passed:
+                return passed.pop(next(iter(passed)))
             if self._may_claim(stage):
                 try:
                     job = await asyncio.to_thread(
@@ -201,6 +213,8 @@ class Scheduler:
                 if job is not None and self._working.get(job.job_id) == stage:
                     log.warning("job %s: its lease lapsed while at work here; kept", job.job_id)
                     continue  # the worker at it goes on: the claim renewed its lease
+                if job is not None and passed.pop(job.job_id, None) is not None:
+                    log.warning("job %s: its lease lapsed while passed on here", job.job_id)
                 if job is not None:
                     return job
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a worker hung
@@ -220,6 +234,15 @@ class Scheduler:
         if self.room.full() is not None:
             return False
         return stage != Stage.INIT or self._room_to_init()
+
+    def _may_pass(self, stage: Stage) -> bool:
+        """A worker of ``stage`` is free here to take a job on at once, and may claim."""
+        free = self.busy[stage] + len(self._passed[stage]) < self.pools[stage]
+        return free and self._may_claim(stage)
+
+    def _take_passed(self, job_id: str) -> bool:
+        """Take the job out of those passed on and waiting for a worker here, if it is one."""
+        return any(passed.pop(job_id, None) is not None for passed in self._passed.values())
 
     def _room_to_init(self) -> bool:
         """Sandboxes held (running or made and waiting) and being made stay within the run
@@ -262,9 +285,10 @@ class Scheduler:
                     await self._beat_now.wait()
             self._beat_now.clear()
             work = dict(self._active)
+            leased = [*work, *(i for p in self._passed.values() for i in p if i not in work)]
             try:
                 stop = await self._lease_call(
-                    self.store.heartbeat, list(work), self.node, lease_s, node=self._beat()
+                    self.store.heartbeat, leased, self.node, lease_s, node=self._beat()
                 )
                 if loop.time() - recovered >= lease_s:
                     recovered = loop.time()
@@ -282,7 +306,10 @@ class Scheduler:
                 log.warning("the job store answers again")
                 self.store_error = None
             for job_id in stop:
-                work[job_id].cancel()
+                if job_id in work:
+                    work[job_id].cancel()
+                elif self._take_passed(job_id):  # cancelled or taken over before its turn
+                    await self._stopped(job_id)
             await self._drop_ended()
 
     async def _drop_ended(self) -> None:
@@ -390,14 +417,10 @@ class Scheduler:
         }
         # Still this worker's until the store has it in the next stage: a claim that takes
         # the lease lapsed meanwhile (a slow store) is of work in hand, not new work.
-        advanced = await self._store(
-            self.store.advance, job.job_id, self.node, Stage.RUN, timing=timing
-        )
+        advanced = await self._hand_on(job, Stage.RUN, timing=timing)
         self.figures.stage_done(Stage.INIT.value, timing["init_s"])
         if not advanced:  # cancelled while its sandbox was being made
             await self._release(job.job_id)
-            return
-        self.wake(Stage.RUN)
 
     async def _run(self, job: JobRecord, request: JobRequest, started: float) -> None:
         if job.job_id not in self._held:  # its sandbox is gone (a lost lease): init again
@@ -420,16 +443,33 @@ class Scheduler:
         if output.exit_reason == "timeout" and not self.settings.evaluate_timed_out_runs:
             await self._complete(job, request, output, timing, evaluate=False)
             return
-        await self._store(
-            self.store.advance,
-            job.job_id,
-            self.node,
-            Stage.EVAL,
-            output=output.to_json(),
-            timing=timing,
-            stay=output.layer is not None,  # the layer is on this node
+        stay = output.layer is not None  # the layer is on this node
+        await self._hand_on(job, Stage.EVAL, output=output.to_json(), timing=timing, stay=stay)
+
+    async def _hand_on(
+        self,
+        job: JobRecord,
+        stage: Stage,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float],
+        stay: bool = False,
+    ) -> bool:
+        """Hand the job on to ``stage``: passed on to a worker of this node's that is free,
+        else to the store's queue for that stage. False: it was cancelled instead."""
+        kwargs: dict[str, Any] = {"output": output, "timing": timing, "stay": stay}
+        if not self._may_pass(stage):
+            advanced = await self._store(self.store.advance, job.job_id, self.node, stage, **kwargs)
+            self.wake(stage)
+            return advanced
+        passed = await self._store(
+            self.store.pass_on, job.job_id, self.node, stage, self.settings.lease_s, **kwargs
         )
-        self.wake(Stage.EVAL)
+        if passed is None:
+            return False
+        self._passed[stage][job.job_id] = passed
+        self.wake(stage)
+        return True
 
     async def _eval(self, job: JobRecord, request: JobRequest, started: float) -> None:
         output = job.run_output()

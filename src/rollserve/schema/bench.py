@@ -234,11 +234,15 @@ class StoreStep(BaseModel):
     missed_claims: int  # claims that found nothing (another client had taken the job)
     client_cpu_ms: float  # CPU of the clients' process per lifecycle
     server_cpu_ms: float | None = None  # CPU of a throwaway server per lifecycle
+    # pgbench running the same statements as many clients (PostgreSQL only), and the share of
+    # its lifecycles/s the store reaches.
+    pgbench_lifecycles_per_s: float | None = None
+    ratio: float | None = None
 
 
 class StoreBenchResult(BaseModel):
-    """The job store's own capacity: full job lifecycles per second (submit, claim init,
-    advance, claim run, advance, claim eval, heartbeat, finish)."""
+    """The job store's own capacity: full job lifecycles per second (submit, claim init, pass
+    on to run, pass on to eval, heartbeat, finish), beside pgbench's on PostgreSQL."""
 
     model_config = ConfigDict(extra="forbid")
 

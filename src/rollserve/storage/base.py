@@ -213,6 +213,23 @@ class JobStore(Protocol):
         False: a cancel came during the stage, and the job is now cancelled instead."""
         ...
 
+    def pass_on(
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        lease_s: float,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+        stay: bool = False,
+    ) -> JobRecord | None:
+        """:meth:`advance` and :meth:`claim` of the same job by the same owner in one step,
+        for a node with a worker of ``stage`` free: the job is in ``stage``, leased to
+        ``owner`` for ``lease_s`` (no attempt added: nothing starts over). None: a cancel came
+        during the stage, and the job is now cancelled instead."""
+        ...
+
     def finish(
         self,
         job_id: str,

@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.pq import ExecStatus
 from psycopg.rows import dict_row
 from psycopg.sql import SQL, Identifier
 from psycopg.types.json import Jsonb
@@ -30,6 +31,7 @@ _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 # ``:now``: the caller's clock when it gives one, else the database's; the transaction's
 # start, the same for each of its statements.
 _NOW = "coalesce(%(now)s::float8, extract(epoch FROM transaction_timestamp())::float8)"
+_TUPLES_OK = ExecStatus.TUPLES_OK
 _CASTS: dict[ColumnType, str] = {"text": "", "integer": "::integer", "json": ""}
 
 
@@ -143,7 +145,7 @@ class PostgresDialect:
             conn.cursor(row_factory=dict_row) as cur,
         ):
             cur.execute(self.statement(sql), {**params, "now": self._now()})
-            return cur.fetchall() if cur.description else []
+            return _rows(cur)
 
     @contextmanager
     def transaction(self) -> Iterator[PgTx]:
@@ -231,11 +233,18 @@ class PgTx:
 
     def query(self, sql: str, params: Params = NO_PARAMS) -> list[Row]:
         self._cur.execute(self._dialect.statement(sql), {**params, "now": self._now})
-        return self._cur.fetchall() if self._cur.description else []
+        return _rows(self._cur)
 
     def execute(self, sql: str, params: Params = NO_PARAMS) -> int:
         self._cur.execute(self._dialect.statement(sql), {**params, "now": self._now})
         return self._cur.rowcount
+
+
+def _rows(cur: Cursor) -> list[Row]:
+    """The rows of the statement just run; none for one that returns none. (Not through
+    ``cur.description``: that builds an object per column, a third of a call's client time.)"""
+    result = cur.pgresult
+    return cur.fetchall() if result is not None and result.status == _TUPLES_OK else []
 
 
 def _placeholder(match: re.Match[str]) -> str:

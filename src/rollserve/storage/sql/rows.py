@@ -11,6 +11,9 @@ from rollserve.storage.base import STAGE_STATUS, JobRecord, JobStatus, Stage
 from rollserve.storage.sql.dialect import Row
 
 _RECORD_FIELDS = frozenset(f.name for f in dataclasses.fields(JobRecord))
+RECORD_COLUMNS = ", ".join(f.name for f in dataclasses.fields(JobRecord))
+"""A RETURNING list of what a JobRecord holds (not the columns made for the viewer's
+filters)."""
 
 
 def to_record(row: Row) -> JobRecord:

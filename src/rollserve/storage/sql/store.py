@@ -24,9 +24,16 @@ from rollserve.storage.base import (
     StoreEvent,
     Submitted,
 )
-from rollserve.storage.sql.dialect import Params, Row, Tx
+from rollserve.storage.sql.dialect import Dialect, Params, Row, Tx
 from rollserve.storage.sql.records import SqlRecords
-from rollserve.storage.sql.rows import gone, held, released_to, to_record, waiting_for
+from rollserve.storage.sql.rows import (
+    RECORD_COLUMNS,
+    gone,
+    held,
+    released_to,
+    to_record,
+    waiting_for,
+)
 from rollserve.storage.sql.submit import submit
 
 # The job ``:id`` is held by ``:owner`` (a job that ended is held by nobody).
@@ -50,7 +57,8 @@ class SqlJobStore(SqlRecords):
             " WHERE seq = (SELECT seq FROM jobs WHERE stage = :stage AND stage <> 'done'"
             " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < :now)"
             " AND (node IS NULL OR node = :owner) AND (not_before IS NULL OR not_before <= :now)"
-            f" ORDER BY priority DESC, seq LIMIT 1{self._db.skip_locked}) RETURNING *",
+            f" ORDER BY priority DESC, seq LIMIT 1{self._db.skip_locked})"
+            f" RETURNING {RECORD_COLUMNS}",
             {
                 "owner": owner,
                 "lease": lease_s,
@@ -109,20 +117,44 @@ class SqlJobStore(SqlRecords):
         announced = (
             "" if pinned else f", {self._db.announce(StoreEvent(stage.value))}"
         )  # (for this node)
-        return self._step(
+        return (
+            self._step(
+                job_id,
+                owner,
+                f"UPDATE jobs SET stage = :stage, status = :status, {_UNLEASED}, node = :node,"
+                f" stage_output = :output, timing = {self._db.merged('timing', 'timing')},"
+                f" updated = :now WHERE {_HELD} AND NOT cancel_requested"
+                f" RETURNING job_id{announced}",
+                _handed_on(self._db, stage, owner if pinned else None, output, timing),
+            )
+            is not None
+        )
+
+    def pass_on(
+        self,
+        job_id: str,
+        owner: str,
+        stage: Stage,
+        lease_s: float,
+        *,
+        output: dict[str, Any] | None = None,
+        timing: dict[str, float] | None = None,
+        stay: bool = False,
+    ) -> JobRecord | None:
+        pinned = stage == Stage.RUN or stay
+        rows = self._step(
             job_id,
             owner,
-            f"UPDATE jobs SET stage = :stage, status = :status, {_UNLEASED}, node = :node,"
-            f" stage_output = :output, timing = {self._db.merged('timing', 'timing')},"
-            f" updated = :now WHERE {_HELD} AND NOT cancel_requested RETURNING job_id{announced}",
+            f"UPDATE jobs SET stage = :stage, status = :status, lease_expires = :now + :lease,"
+            f" node = :node, stage_output = :output,"
+            f" timing = {self._db.merged('timing', 'timing')}, updated = :now"
+            f" WHERE {_HELD} AND NOT cancel_requested RETURNING {RECORD_COLUMNS}",
             {
-                "stage": stage.value,
-                "status": STAGE_STATUS[stage].value,
-                "node": owner if pinned else None,
-                "output": self._db.json(output),
-                "timing": self._db.json(timing or {}),
+                **_handed_on(self._db, stage, owner if pinned else None, output, timing),
+                "lease": lease_s,
             },
         )
+        return None if rows is None else to_record(rows[0])
 
     def requeue(
         self,
@@ -150,19 +182,19 @@ class SqlJobStore(SqlRecords):
             },
         )
 
-    def _step(self, job_id: str, owner: str, sql: str, params: Params) -> bool:
-        """Run the step ``sql`` (guarded by _HELD) on the job ``owner`` holds. False: a cancel
-        came during the stage, and the job is now cancelled instead."""
+    def _step(self, job_id: str, owner: str, sql: str, params: Params) -> list[Row] | None:
+        """Run the step ``sql`` (guarded by _HELD, returning rows) on the job ``owner`` holds;
+        its rows. None: a cancel came during the stage, and the job is now cancelled instead."""
         params = {**params, "id": job_id, "owner": owner}
-        if self._db.write(sql, params):
-            return True
+        rows = self._db.write(sql, params)
+        if rows:
+            return rows
         with self._db.transaction() as tx:
             row = held(self._row(tx, job_id), job_id, owner)
             if row["cancel_requested"]:  # cancelled during the stage: it ends here
                 self._end_cancelled(tx, row)
-                return False
-            tx.query(sql, params)  # held after all: the row changed in between
-        return True
+                return None
+            return tx.query(sql, params)  # held after all: the row changed in between
 
     def finish(
         self,
@@ -321,3 +353,20 @@ class SqlJobStore(SqlRecords):
                 params,
             )
             return tx.execute(f"DELETE FROM jobs WHERE {ended}", params)
+
+
+def _handed_on(
+    db: Dialect,
+    stage: Stage,
+    node: str | None,
+    output: dict[str, Any] | None,
+    timing: dict[str, float] | None,
+) -> Params:
+    """The parameters of a step that hands a job on to ``stage``."""
+    return {
+        "stage": stage.value,
+        "status": STAGE_STATUS[stage].value,
+        "node": node,
+        "output": db.json(output),
+        "timing": db.json(timing or {}),
+    }

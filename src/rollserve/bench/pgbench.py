@@ -1,0 +1,95 @@
+"""The baseline of ``rollserve bench store``: the store's lifecycle of one job driven by
+``pgbench``, PostgreSQL's own C client, against the same server.
+
+``store_lifecycle.sql`` beside this module holds the same statements as the store sends for one
+lifecycle, in the same order, written in pgbench's script language (its comments say which store
+call each one is). pgbench adds no client work of its own to speak of: what rollserve reaches of
+its figure is what the store's Python side leaves of the server's capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+
+from rollserve.errors import InfrastructureError
+from rollserve.fixtures.postgres import postgres_bin
+
+# The jobs pgbench's lifecycles submit: their ids start so ('pg-' CLIENT '-' RANDOM).
+_PREFIX = "pg-"
+
+
+@dataclass(frozen=True)
+class PgbenchStep:
+    """One client count of the baseline."""
+
+    clients: int
+    lifecycles: int
+    seconds: float
+
+    @property
+    def lifecycles_per_s(self) -> float:
+        return self.lifecycles / self.seconds if self.seconds > 0 else 0.0
+
+
+def lifecycle_script() -> str:
+    """The pgbench script of one job's lifecycle."""
+    return resources.files("rollserve.bench").joinpath("store_lifecycle.sql").read_text()
+
+
+def pgbench_path() -> Path | None:
+    """Where ``pgbench`` is: beside the newest PostgreSQL server's binaries, or on PATH."""
+    server = postgres_bin()
+    if server is not None and (server / "pgbench").is_file():
+        return server / "pgbench"
+    found = shutil.which("pgbench")
+    return Path(found) if found else None
+
+
+def run_pgbench(url: str, clients: int, seconds: float, work: Path) -> PgbenchStep:
+    """``clients`` pgbench clients running the lifecycle for ``seconds`` (whole seconds, at
+    least one) against the store's database at ``url``; the lifecycles that ended (their jobs
+    reached ``done``) per second of pgbench's own clock."""
+    binary = pgbench_path()
+    if binary is None:
+        raise InfrastructureError("pgbench is not installed (Debian: apt install postgresql)")
+    script = work / "store_lifecycle.sql"
+    script.write_text(lifecycle_script())
+    before = _done(url)
+    command = [
+        str(binary), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
+        f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
+        f"--file={script}", url,
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip()[-2000:]
+        raise InfrastructureError(f"pgbench failed (exit {done.returncode}): {said}")
+    processed = _figure(done.stdout, r"number of transactions actually processed: (\d+)")
+    tps = _figure(done.stdout, r"tps = ([\d.]+) \(without initial connection time\)")
+    elapsed = processed / tps if tps > 0 else 0.0
+    return PgbenchStep(clients=clients, lifecycles=_done(url) - before, seconds=elapsed)
+
+
+def _done(url: str) -> int:
+    """How many of pgbench's jobs have ended."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM jobs WHERE stage = 'done' AND job_id LIKE %s",
+            (_PREFIX + "%",),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _figure(output: str, pattern: str) -> float:
+    found = re.search(pattern, output)
+    if found is None:
+        raise InfrastructureError(f"pgbench printed no {pattern!r}: {output[-1000:]}")
+    return float(found.group(1))

@@ -1,0 +1,85 @@
+-- One job's lifecycle in rollserve's PostgreSQL job store, for pgbench (rollserve bench store's
+-- baseline): the statements the store sends for it, in order, one per store call, as
+-- rollserve bench store's clients make them. Each client is a node ('pg-' and its number);
+-- its job's id is random. The store's parameters are written in: ":now" is the database's
+-- clock in the store too (coalesce of a NULL clock), and the JSON the store sends as a
+-- parameter is built here by jsonb_build_object. Run with --protocol=prepared, as psycopg
+-- prepares the store's statements.
+\set r random(1, 9000000000000000000)
+\set got 0
+-- 1. submit([NewJob(id, {"task": {"task_id": id}})], max_queued=10**9)
+INSERT INTO jobs (job_id, group_id, request, priority, stage, status, created, updated)
+  SELECT n.job_id, n.group_id, n.request, n.priority, 'init', 'queued',
+    coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8),
+    coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
+  FROM (SELECT (e.value ->> 'job_id') AS job_id, (e.value ->> 'group_id') AS group_id,
+      e.value -> 'request' AS request, (e.value ->> 'priority')::integer AS priority, e.ord
+    FROM jsonb_array_elements(jsonb_build_array(jsonb_build_object(
+      'job_id', 'pg-' || :client_id || '-' || :r, 'group_id', NULL, 'priority', 0,
+      'request', jsonb_build_object('task',
+        jsonb_build_object('task_id', 'pg-' || :client_id || '-' || :r)))))
+      WITH ORDINALITY AS e(value, ord)) AS n
+  WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE job_id = ANY(ARRAY['pg-' || :client_id || '-' || :r]))
+    AND (SELECT count(*) FROM jobs WHERE stage <> 'done') + 1 <= 1000000000
+  ORDER BY n.ord ON CONFLICT (job_id) DO NOTHING
+  RETURNING job_id, pg_notify('rollserve', 'init');
+-- 2. claim(INIT, owner, 60): the oldest job waiting, perhaps another client's
+UPDATE jobs SET lease_owner = 'pg-' || :client_id,
+    lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60,
+    status = 'initializing',
+    updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8),
+    attempts = attempts + CASE WHEN true OR lease_owner IS NOT NULL THEN 1 ELSE 0 END
+  WHERE seq = (SELECT seq FROM jobs WHERE stage = 'init' AND stage <> 'done'
+      AND NOT cancel_requested AND (lease_owner IS NULL
+        OR lease_expires < coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8))
+      AND (node IS NULL OR node = 'pg-' || :client_id)
+      AND (not_before IS NULL
+        OR not_before <= coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8))
+      ORDER BY priority DESC, seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+  RETURNING job_id, group_id, request, priority, stage, status, attempts, created, updated,
+    lease_owner, lease_expires, node, cancel_requested, stage_output, result, error, timing,
+    finished, done_seq, not_before, 1 AS got \aset
+\if :got
+-- 3. pass_on(job, owner, RUN, 60, timing={})
+UPDATE jobs SET stage = 'run', status = 'running',
+    lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60,
+    node = 'pg-' || :client_id, stage_output = NULL, timing = timing || '{}'::jsonb,
+    updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
+  WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
+    AND NOT cancel_requested
+  RETURNING job_id, group_id, request, priority, stage, status, attempts, created, updated,
+    lease_owner, lease_expires, node, cancel_requested, stage_output, result, error, timing,
+    finished, done_seq, not_before;
+-- 4. pass_on(job, owner, EVAL, 60, output={}, timing={})
+UPDATE jobs SET stage = 'eval', status = 'evaluating',
+    lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60,
+    node = NULL, stage_output = '{}'::jsonb, timing = timing || '{}'::jsonb,
+    updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
+  WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
+    AND NOT cancel_requested
+  RETURNING job_id, group_id, request, priority, stage, status, attempts, created, updated,
+    lease_owner, lease_expires, node, cancel_requested, stage_output, result, error, timing,
+    finished, done_seq, not_before;
+-- 5. heartbeat([job], owner, 60)
+WITH returned AS (SELECT job_id FROM jobs WHERE job_id = ANY(ARRAY[:job_id])
+    AND ((stage <> 'done' AND (cancel_requested
+      OR (lease_owner IS NOT NULL AND lease_owner <> 'pg-' || :client_id)))
+      OR (stage = 'done' AND status = 'cancelled'))),
+  after_0 AS (UPDATE jobs
+    SET lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60
+    WHERE job_id = ANY(ARRAY[:job_id]) AND lease_owner = 'pg-' || :client_id
+      AND NOT cancel_requested)
+  SELECT * FROM returned;
+-- 6. finish(job, owner, COMPLETED, result={})
+WITH returned AS (UPDATE jobs SET stage = 'done', status = 'completed', lease_owner = NULL,
+      lease_expires = NULL, node = NULL, stage_output = NULL, result = '{}'::jsonb,
+      error = NULL, timing = timing || '{}'::jsonb,
+      updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8),
+      finished = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8),
+      done_seq = (SELECT nextval('jobs_done_seq')
+        FROM (SELECT pg_advisory_xact_lock(1919904876)) AS l)
+    WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
+    RETURNING job_id, pg_notify('rollserve', 'done')),
+  after_0 AS (DELETE FROM job_events WHERE job_id IN (SELECT job_id FROM returned))
+  SELECT * FROM returned;
+\endif
