@@ -337,6 +337,34 @@ async def test_init_runs_ahead_of_the_run_pool_by_the_init_pool_at_most(
         _no_sandboxes_left(pipe)
 
 
+async def test_a_free_worker_of_the_next_stage_takes_the_job_in_the_same_write(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    async with pipeline_factory(init_workers=2, run_workers=1, eval_workers=1) as pipe:
+        steps: list[tuple[str, str, Stage]] = []
+        for name in ("advance", "pass_on"):
+
+            def spied(
+                job_id: str, owner: str, stage: Stage, *a: Any, _n: str = name, **k: Any
+            ) -> Any:
+                steps.append((_n, job_id, stage))
+                return getattr(type(pipe.store), _n)(pipe.store, job_id, owner, stage, *a, **k)
+
+            setattr(pipe.store, name, spied)
+        [first] = pipe.submit(echo_request("a").model_copy(update={"job_id": "a"}))
+        await pipe.wait([first])
+        assert steps == [("pass_on", "a", Stage.RUN), ("pass_on", "a", Stage.EVAL)]
+        steps.clear()
+        # Two sandboxes made at once, one run worker: the job whose sandbox is ready second
+        # waits in the queue while the other runs.
+        ids = pipe.submit(*(echo_request(p, commands=["sleep 3"]) for p in ("b", "c")))
+        records = await pipe.wait(ids)
+        assert all(r.status == JobStatus.COMPLETED and r.attempts == 1 for r in records)
+        into_run = sorted(name for name, _, stage in steps if stage == Stage.RUN)
+        assert into_run == ["advance", "pass_on"]
+        _no_sandboxes_left(pipe)
+
+
 async def test_idle_workers_do_not_all_poll_the_store(
     pipeline_factory: Callable[..., Any],
 ) -> None:

@@ -83,6 +83,7 @@ class Scheduler:
         # Jobs leased to this node for a stage by the stage before it (pass_on), each waiting
         # for one of this node's workers of that stage, which takes it before it claims.
         self._passed: dict[Stage, dict[str, JobRecord]] = {stage: {} for stage in self._wake}
+        self._passing = {stage: 0 for stage in self._wake}  # pass_on calls under way
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
         self._leases: ThreadPoolExecutor | None = None
@@ -237,7 +238,8 @@ class Scheduler:
 
     def _may_pass(self, stage: Stage) -> bool:
         """A worker of ``stage`` is free here to take a job on at once, and may claim."""
-        free = self.busy[stage] + len(self._passed[stage]) < self.pools[stage]
+        taken = self.busy[stage] + len(self._passed[stage]) + self._passing[stage]
+        free = taken < self.pools[stage]
         return free and self._may_claim(stage)
 
     def _take_passed(self, job_id: str) -> bool:
@@ -462,9 +464,13 @@ class Scheduler:
             advanced = await self._store(self.store.advance, job.job_id, self.node, stage, **kwargs)
             self.wake(stage)
             return advanced
-        passed = await self._store(
-            self.store.pass_on, job.job_id, self.node, stage, self.settings.lease_s, **kwargs
-        )
+        self._passing[stage] += 1  # the worker is spoken for from now on
+        try:
+            passed = await self._store(
+                self.store.pass_on, job.job_id, self.node, stage, self.settings.lease_s, **kwargs
+            )
+        finally:
+            self._passing[stage] -= 1
         if passed is None:
             return False
         self._passed[stage][job.job_id] = passed
