@@ -5,8 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
-# The suite runs on 4 workers, a test file to a worker, the longest files first (tests/conftest.py;
-# xdist would otherwise start the files with the most tests first): most tests wait on processes,
+# The suite runs on 4 workers, a test file to a worker: most tests wait on processes,
 # servers and sandboxes rather than compute.
 PYTEST_WORKERS ?= 4
 # The suites that touch sandboxes, images, SWE tasks, restarts, the fleet on PostgreSQL, the
@@ -50,13 +49,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Run by a non-root user, `make pytest` already was the rootless run.
 pytest-rootless: $(STAMP)
 	@if [ "$$(id -u)" != 0 ]; then echo "pytest-rootless: running as uid $$(id -u) already"; \
 	else $(BIN)/python -m rollserve.fixtures.users --delegate $(ROOTLESS_USER) -- \
-		$(BIN)/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+		$(BIN)/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
 		$(PYTEST_ARGS) $(ROOTLESS_TESTS); fi
 
 bench: setup

@@ -17,40 +17,6 @@ from tests.missing import missing
 if TYPE_CHECKING:
     from rollserve.fixtures.postgres import TempPostgres
 
-# The longest files, longest first (measured by ``make test``'s --durations). The workers take
-# a file at a time in the order collected: these start first, so that no worker is left with
-# one of them at the end while the others idle.
-LONGEST_FILES = (
-    "tests/integration/test_gateway_agents.py",
-    "tests/swebench/test_instances.py",
-    "tests/bench/test_bench_learn.py",
-    "tests/integration/test_weight_update.py",
-    "tests/integration/test_train_trl.py",
-    "tests/integration/test_verl.py",
-    "tests/bench/test_bench_images.py",
-    "tests/integration/test_fleet.py",
-    "tests/integration/test_rollouts.py",
-    "tests/bench/test_bench.py",
-    "tests/integration/test_token_fidelity.py",
-    "tests/swebench/test_restart.py",
-    "tests/cli/test_demo.py",
-    "tests/swebench/test_harness_agents.py",
-    "tests/integration/test_api_fuzz.py",
-    "tests/integration/test_slime.py",
-    "tests/harbor/test_harbor.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first, each file's tests in their own order."""
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    root = Path(__file__).parent.parent
-
-    def key(item: pytest.Item) -> int:
-        return rank.get(item.path.relative_to(root).as_posix(), len(rank))
-
-    items.sort(key=key)
-
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
