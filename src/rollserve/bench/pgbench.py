@@ -3,8 +3,9 @@
 
 ``store_lifecycle.sql`` beside this module holds the same statements as the store sends for one
 lifecycle, in the same order, written in pgbench's script language (its comments say which store
-call each one is). pgbench adds no client work of its own to speak of: what rollserve reaches of
-its figure is what the store's Python side leaves of the server's capacity.
+call each one is), in sessions with the store's settings. pgbench adds no client work of its
+own to speak of: what rollserve reaches of its figure is what the store's Python side leaves of
+the server's capacity.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import psycopg
 
 from rollserve.errors import InfrastructureError
 from rollserve.fixtures.postgres import postgres_bin
+from rollserve.storage.postgres.dialect import SESSION_SETTINGS
 
 # The jobs pgbench's lifecycles submit: their ids start so ('pg-' CLIENT '-' RANDOM).
 _PREFIX = "pg-"
@@ -68,7 +70,10 @@ def run_pgbench(url: str, clients: int, seconds: float, work: Path) -> PgbenchSt
         f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
         f"--file={script}", url,
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    # pgbench's sessions are set up as the store's are.
+    options = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
+    env = {**os.environ, "PGOPTIONS": f"{os.environ.get('PGOPTIONS', '')} {options}".strip()}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120, env=env)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip()[-2000:]
         raise InfrastructureError(f"pgbench failed (exit {done.returncode}): {said}")

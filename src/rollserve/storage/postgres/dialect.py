@@ -32,6 +32,8 @@ _NAMED = re.compile(r"(?<![:\w]):(\w+)")
 # start, the same for each of its statements.
 _NOW = "coalesce(%(now)s::float8, extract(epoch FROM transaction_timestamp())::float8)"
 _TUPLES_OK = ExecStatus.TUPLES_OK
+# The settings of the store's sessions (see _configure).
+SESSION_SETTINGS = {"enable_seqscan": "off", "jit": "off", "plan_cache_mode": "force_generic_plan"}
 _CASTS: dict[ColumnType, str] = {"text": "", "integer": "::integer", "json": ""}
 
 
@@ -259,9 +261,8 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     statements are short: compiling one (JIT, which the cost of a scan without an index
     would set off) takes longer than running it many times, and so does planning it again
     for each call's values, which PostgreSQL would do for some of them by its estimates."""
-    conn.execute("SET enable_seqscan = off")
-    conn.execute("SET jit = off")
-    conn.execute("SET plan_cache_mode = force_generic_plan")
+    for name, value in SESSION_SETTINGS.items():
+        conn.execute(SQL("SET {} = {}").format(Identifier(name), Identifier(value)))
 
 
 def _event(payload: str) -> StoreEvent:
