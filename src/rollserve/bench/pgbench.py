@@ -83,6 +83,14 @@ def run_pgbench(url: str, clients: int, seconds: float, work: Path) -> PgbenchSt
     return PgbenchStep(clients=clients, lifecycles=_done(url) - before, seconds=elapsed)
 
 
+def vacuum(url: str) -> None:
+    """VACUUM the jobs table: each run starts without the dead rows of the one before (every
+    lifecycle leaves some, and the store's scans of waiting jobs pass over them until a
+    vacuum)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM jobs")
+
+
 def _done(url: str) -> int:
     """How many of pgbench's jobs have ended."""
     with psycopg.connect(url, autocommit=True) as conn:

@@ -7,7 +7,8 @@ submit, claim init, pass it on to run, pass it on to eval, a heartbeat, finish. 
 server then share its cores) and measures that; the CPU each side spends per lifecycle says
 where the ceiling is (the cores divided by their sum). On PostgreSQL, each client count is
 also run by pgbench with the same statements (:mod:`rollserve.bench.pgbench`), against the
-same database: ``ratio`` is how much of that the store reaches.
+same database: ``ratio`` is how much of that the store reaches. Each run starts from a
+vacuumed jobs table.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rollserve.bench.pgbench import run_pgbench
+from rollserve.bench.pgbench import run_pgbench, vacuum
 from rollserve.bench.stats import quantile
 from rollserve.schema.bench import StoreBenchResult, StoreStep
 from rollserve.settings import Settings
@@ -136,9 +137,13 @@ def bench_store(
         open_store(settings).close()  # schema made once, before the clients race to it
         cpu = server.cpu_seconds if server is not None else None
         results = []
+        postgres = store_url.startswith(("postgres://", "postgresql://"))
         for n in CLIENTS:
+            if postgres:
+                vacuum(store_url)
             step = _step(lambda: open_store(settings), n, seconds, cpu)
-            if store_url.startswith(("postgres://", "postgresql://")):
+            if postgres:
+                vacuum(store_url)
                 step = _with_baseline(step, store_url, seconds)
             results.append(step)
     finally:
