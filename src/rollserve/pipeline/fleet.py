@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 from rollserve.sandbox import procfs
 from rollserve.settings import Settings
+from rollserve.storage.base import Stage
 
 
 def node_name(settings: Settings) -> str:
@@ -31,3 +33,18 @@ def node_alive(owner: str) -> bool:
     if host != socket.gethostname() or not pid.isdigit() or not ticks.isdigit():
         return True
     return procfs.is_same_process(int(pid), int(ticks))
+
+
+def node_report(
+    workers: dict[Stage, tuple[int, int]], held: int, live: int, paused: dict[str, Any]
+) -> dict[str, Any]:
+    """What a node's row in the store says of it: its host and process, each pool's busy and
+    total workers, the sandboxes held for the run pool and alive, and its part in pauses."""
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "workers": {stage.value: {"busy": b, "total": t} for stage, (b, t) in workers.items()},
+        "held_sandboxes": held,
+        "live_sandboxes": live,
+        "paused": paused,
+    }

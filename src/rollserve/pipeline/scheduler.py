@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -42,9 +38,11 @@ from rollserve.errors import (
 from rollserve.pipeline.changes import Changes
 from rollserve.pipeline.events import turn_recorder
 from rollserve.pipeline.figures import Figures
-from rollserve.pipeline.fleet import node_alive, node_name, owner_id
+from rollserve.pipeline.fleet import node_alive, node_name, node_report, owner_id
+from rollserve.pipeline.passing import PassedJobs
 from rollserve.pipeline.room import DataDirRoom
 from rollserve.pipeline.stages import StageRunner
+from rollserve.pipeline.store_calls import StoreCalls
 from rollserve.sandbox import SandboxInstance
 from rollserve.schema.jobs import JobRequest
 from rollserve.schema.run import RunOutput
@@ -52,7 +50,6 @@ from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, JobStore, Stage
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 _POLL_S = 0.5  # how often idle workers look for work another node may have queued
 
@@ -80,13 +77,10 @@ class Scheduler:
         # of such a job for that stage is this node's own lapsed lease, not new work.
         self._working: dict[str, Stage] = {}
         self._wake = {stage: asyncio.Event() for stage in (Stage.INIT, Stage.RUN, Stage.EVAL)}
-        # Jobs leased to this node for a stage by the stage before it (pass_on), each waiting
-        # for one of this node's workers of that stage, which takes it before it claims.
-        self._passed: dict[Stage, dict[str, JobRecord]] = {stage: {} for stage in self._wake}
-        self._passing = {stage: 0 for stage in self._wake}  # pass_on calls under way
+        self._passed = PassedJobs(list(self._wake))  # handed on to this node's free workers
         self._claiming = {stage: asyncio.Lock() for stage in self._wake}
         self._workers: list[asyncio.Task[None]] = []
-        self._leases: ThreadPoolExecutor | None = None
+        self._calls = StoreCalls(settings.lease_s)
         self._beat_now = asyncio.Event()
         self.store_error: str | None = None  # the last heartbeat's failure: not ready
         self._beat_ok = time.monotonic()  # the last heartbeat the store took
@@ -105,13 +99,13 @@ class Scheduler:
     async def start(self) -> None:
         """Join the fleet (a node row), take back the jobs of dead nodes, then start the
         worker pools."""
-        self._leases = ThreadPoolExecutor(1, thread_name_prefix="rollserve-leases")
-        await self._lease_call(
+        self._calls.open()
+        await self._calls.on_lease_thread(
             self.store.heartbeat, [], self.node, self.settings.lease_s, node=self._beat()
         )
         self._beat_ok = time.monotonic()
         await self._recover()
-        await self.runner.layers.sweep(lambda job_id: self._store(self.store.get, job_id))
+        await self.runner.layers.sweep(lambda job_id: self._calls.retried(self.store.get, job_id))
         for stage, size in self.pools.items():
             self._workers += [
                 asyncio.create_task(self._worker(stage), name=f"{stage}-{i}") for i in range(size)
@@ -125,22 +119,19 @@ class Scheduler:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers.clear()
-        for passed in self._passed.values():  # leased to this node: leave hands them back
-            passed.clear()
+        self._passed.clear()  # leased to this node: leave hands them back
         for sandbox in self._held.values():
             if sandbox is not None:
                 await self.runner.sandboxes.close(sandbox)
         self._held.clear()
         try:
-            released = await self._lease_call(self.store.leave, self.node)
+            released = await self._calls.on_lease_thread(self.store.leave, self.node)
         except StoreUnavailableError as exc:  # the leases will expire instead
             log.warning("leaving the fleet: %s", exc.message)
         else:
             if released:
                 log.info("handed back %d jobs on stopping", len(released))
-        if self._leases is not None:
-            await asyncio.to_thread(self._leases.shutdown)
-            self._leases = None
+        await self._calls.close()
 
     def problem(self) -> str | None:
         """Why this node is not ready (None: it is): the job store does not answer or has
@@ -165,7 +156,7 @@ class Scheduler:
         task = self._active.get(job_id)
         if task is not None:
             task.cancel()
-        if self._take_passed(job_id):  # no worker has it yet: it ends here
+        if self._passed.take(job_id):  # no worker has it yet: it ends here
             await self._stopped(job_id)
         await self._release(job_id)
         self.changes.notify()
@@ -200,9 +191,9 @@ class Scheduler:
         or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
-            passed = self._passed[stage]
-            if passed:
-                return passed.pop(next(iter(passed)))
+            passed = self._passed.next(stage)
+            if passed is not None:
+                return passed
             if self._may_claim(stage):
                 try:
                     job = await asyncio.to_thread(
@@ -214,7 +205,7 @@ class Scheduler:
                 if job is not None and self._working.get(job.job_id) == stage:
                     log.warning("job %s: its lease lapsed while at work here; kept", job.job_id)
                     continue  # the worker at it goes on: the claim renewed its lease
-                if job is not None and passed.pop(job.job_id, None) is not None:
+                if job is not None and self._passed.take(job.job_id):
                     log.warning("job %s: its lease lapsed while passed on here", job.job_id)
                 if job is not None:
                     return job
@@ -238,13 +229,8 @@ class Scheduler:
 
     def _may_pass(self, stage: Stage) -> bool:
         """A worker of ``stage`` is free here to take a job on at once, and may claim."""
-        taken = self.busy[stage] + len(self._passed[stage]) + self._passing[stage]
-        free = taken < self.pools[stage]
+        free = self.busy[stage] + self._passed.spoken_for(stage) < self.pools[stage]
         return free and self._may_claim(stage)
-
-    def _take_passed(self, job_id: str) -> bool:
-        """Take the job out of those passed on and waiting for a worker here, if it is one."""
-        return any(passed.pop(job_id, None) is not None for passed in self._passed.values())
 
     def _room_to_init(self) -> bool:
         """Sandboxes held (running or made and waiting) and being made stay within the run
@@ -287,9 +273,9 @@ class Scheduler:
                     await self._beat_now.wait()
             self._beat_now.clear()
             work = dict(self._active)
-            leased = [*work, *(i for p in self._passed.values() for i in p if i not in work)]
+            leased = [*work, *(i for i in self._passed.ids() if i not in work)]
             try:
-                stop = await self._lease_call(
+                stop = await self._calls.on_lease_thread(
                     self.store.heartbeat, leased, self.node, lease_s, node=self._beat()
                 )
                 if loop.time() - recovered >= lease_s:
@@ -310,7 +296,7 @@ class Scheduler:
             for job_id in stop:
                 if job_id in work:
                     work[job_id].cancel()
-                elif self._take_passed(job_id):  # cancelled or taken over before its turn
+                elif self._passed.take(job_id):  # cancelled or taken over before its turn
                     await self._stopped(job_id)
             await self._drop_ended()
 
@@ -318,32 +304,13 @@ class Scheduler:
         """Close the sandboxes made for jobs that ended while they waited for the run pool:
         cancelled through another node, they hold no lease, and no heartbeat tells of them."""
         for job_id in [j for j in self._held if j not in self._active]:
-            record = await self._store(self.store.get, job_id)
+            record = await self._calls.retried(self.store.get, job_id)
             if (record is None or record.stage == Stage.DONE) and job_id not in self._active:
                 await self._release(job_id)
                 self.changes.notify()
 
-    async def _lease_call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Run a store call on the lease thread: no other work can make a heartbeat late."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._leases, functools.partial(fn, *args, **kwargs))
-
-    async def _store(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """A store call off the event loop; while the store does not answer it is tried again
-        for up to a lease (the job's work is done: keep it), then the error stands."""
-        loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.settings.lease_s
-        while True:
-            try:
-                return await asyncio.to_thread(fn, *args, **kwargs)
-            except StoreUnavailableError as exc:
-                if loop.time() >= give_up:
-                    raise
-                log.warning("the store does not answer (%s); trying again", exc.message)
-                await asyncio.sleep(min(1.0, self.settings.lease_s / 10))
-
     async def _recover(self) -> None:
-        released = await self._lease_call(self.store.recover, node_alive)
+        released = await self._calls.on_lease_thread(self.store.recover, node_alive)
         if released:
             log.warning("took back %d jobs of nodes that are gone: %s", len(released), released)
             self.wake(Stage.INIT)
@@ -351,25 +318,17 @@ class Scheduler:
 
     def _beat(self) -> tuple[str, dict[str, Any]]:
         """What the node row says of this node: its name and figures."""
-        return self.name, {
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "workers": {
-                stage.value: {"busy": self.busy[stage], "total": size}
-                for stage, size in self.pools.items()
-            },
-            "held_sandboxes": len(self._held),
-            "live_sandboxes": len(self.runner.sandboxes.live),
-            "paused": self._paused(),
-        }
+        workers = {stage: (self.busy[stage], size) for stage, size in self.pools.items()}
+        held, live = len(self._held), len(self.runner.sandboxes.live)
+        return self.name, node_report(workers, held, live, self._paused())
 
     async def _stopped(self, job_id: str) -> None:
         """The job's work was cancelled: end it as cancelled if a client asked for it."""
         await self._release(job_id)
-        record = await self._store(self.store.get, job_id)
+        record = await self._calls.retried(self.store.get, job_id)
         if record is not None and record.cancel_requested and record.lease_owner == self.node:
             self._working.pop(job_id, None)
-            await self._store(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
+            await self._calls.retried(self.store.finish, job_id, self.node, JobStatus.CANCELLED)
             await self.runner.layers.drop(job_id)
             self.figures.job_ended(JobStatus.CANCELLED.value)
 
@@ -448,32 +407,23 @@ class Scheduler:
         stay = output.layer is not None  # the layer is on this node
         await self._hand_on(job, Stage.EVAL, output=output.to_json(), timing=timing, stay=stay)
 
-    async def _hand_on(
-        self,
-        job: JobRecord,
-        stage: Stage,
-        *,
-        output: dict[str, Any] | None = None,
-        timing: dict[str, float],
-        stay: bool = False,
-    ) -> bool:
-        """Hand the job on to ``stage``: passed on to a worker of this node's that is free,
-        else to the store's queue for that stage. False: it was cancelled instead."""
-        kwargs: dict[str, Any] = {"output": output, "timing": timing, "stay": stay}
+    async def _hand_on(self, job: JobRecord, stage: Stage, **kwargs: Any) -> bool:
+        """Hand the job on to ``stage`` (``kwargs``: the store's output, timing and stay):
+        passed on to a worker of this node's that is free, else to the store's queue for that
+        stage. False: it was cancelled instead."""
         if not self._may_pass(stage):
-            advanced = await self._store(self.store.advance, job.job_id, self.node, stage, **kwargs)
+            advanced = await self._calls.retried(
+                self.store.advance, job.job_id, self.node, stage, **kwargs
+            )
             self.wake(stage)
             return advanced
-        self._passing[stage] += 1  # the worker is spoken for from now on
-        try:
-            passed = await self._store(
+        with self._passed.passing(stage):
+            passed = await self._calls.retried(
                 self.store.pass_on, job.job_id, self.node, stage, self.settings.lease_s, **kwargs
             )
-        finally:
-            self._passing[stage] -= 1
         if passed is None:
             return False
-        self._passed[stage][job.job_id] = passed
+        self._passed.add(stage, passed)
         self.wake(stage)
         return True
 
@@ -506,7 +456,7 @@ class Scheduler:
             self.figures.stage_done(Stage.EVAL.value, timing["eval_s"])
         else:
             result = self.runner.unscored(output, "the run timed out and was not evaluated")
-        await self._store(
+        await self._calls.retried(
             self.store.finish,
             job.job_id,
             self.node,
@@ -533,7 +483,7 @@ class Scheduler:
         retry = Stage.EVAL if stage == Stage.EVAL and not lost else Stage.INIT
         delay = self.settings.retry_backoff_s * 2 ** (job.attempts - 1)
         self._working.pop(job.job_id, None)  # back in a stage it may have been in: new work
-        await self._store(
+        await self._calls.retried(
             self.store.requeue, job.job_id, self.node, retry, error=error, delay_s=delay
         )
         self.wake(retry)
@@ -543,6 +493,6 @@ class Scheduler:
     ) -> None:
         await self._release(job.job_id)
         error = {"code": exc.code, "message": exc.message, "details": exc.details}
-        await self._store(self.store.finish, job.job_id, self.node, status, error=error)
+        await self._calls.retried(self.store.finish, job.job_id, self.node, status, error=error)
         await self.runner.layers.drop(job.job_id)
         self.figures.job_ended(status.value)
