@@ -382,7 +382,8 @@ def offline_viewer(results: Path, *flags: str) -> Iterator[str]:
     proc = subprocess.Popen([*command, "--port", str(port), *flags], cwd=ROOT)
     try:
         url = f"http://127.0.0.1:{port}"
-        assert wait_ready(url, 30), "the offline viewer did not start"
+        # (it loads the tokenizer first: a minute on a machine busy with the other suites)
+        assert wait_ready(url, 90), "the offline viewer did not start"
         yield url
     finally:
         proc.terminate()

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rollserve.bench.pgbench import run_pgbench, vacuum
 from rollserve.bench.stats import quantile
 from rollserve.schema.bench import StoreBenchResult, StoreStep
 from rollserve.settings import Settings
@@ -110,6 +109,8 @@ def _step(
 def _with_baseline(step: StoreStep, url: str, seconds: float) -> StoreStep:
     """The step with pgbench's run of the same lifecycle, as many clients, on the same
     database."""
+    from rollserve.bench.pgbench import run_pgbench  # psycopg: only for a PostgreSQL store
+
     with tempfile.TemporaryDirectory(prefix="rollserve-pgbench-") as work:
         baseline = run_pgbench(url, step.clients, seconds, Path(work))
     rate = baseline.lifecycles_per_s
@@ -138,6 +139,8 @@ def bench_store(
         cpu = server.cpu_seconds if server is not None else None
         results = []
         postgres = store_url.startswith(("postgres://", "postgresql://"))
+        if postgres:
+            from rollserve.bench.pgbench import vacuum
         for n in CLIENTS:
             if postgres:
                 vacuum(store_url)
