@@ -4,7 +4,6 @@ sends for one lifecycle, in order, and its lifecycles end their jobs as the stor
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -75,11 +74,11 @@ def test_the_script_sends_the_statements_the_store_sends(
     ]
 
 
-def test_pgbench_lifecycles_end_their_jobs(pg_url: str, tmp_path: Path) -> None:
+def test_pgbench_lifecycles_end_their_jobs(pg_url: str) -> None:
     if pgbench_path() is None:
         missing("pgbench is not installed (make setup installs PostgreSQL)")
     open_store(Settings(store_url=pg_url)).close()  # the schema
-    step = run_pgbench(pg_url, 2, 1, tmp_path)
+    step = run_pgbench(pg_url, 2, 1)
     assert step.lifecycles > 0 and step.seconds > 0
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute(

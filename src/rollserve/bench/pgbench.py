@@ -41,9 +41,12 @@ class PgbenchStep:
         return self.lifecycles / self.seconds if self.seconds > 0 else 0.0
 
 
+_SCRIPT = resources.files("rollserve.bench").joinpath("store_lifecycle.sql")
+
+
 def lifecycle_script() -> str:
     """The pgbench script of one job's lifecycle."""
-    return resources.files("rollserve.bench").joinpath("store_lifecycle.sql").read_text()
+    return _SCRIPT.read_text()
 
 
 def pgbench_path() -> Path | None:
@@ -55,25 +58,26 @@ def pgbench_path() -> Path | None:
     return Path(found) if found else None
 
 
-def run_pgbench(url: str, clients: int, seconds: float, work: Path) -> PgbenchStep:
+def run_pgbench(url: str, clients: int, seconds: float) -> PgbenchStep:
     """``clients`` pgbench clients running the lifecycle for ``seconds`` (whole seconds, at
     least one) against the store's database at ``url``; the lifecycles that ended (their jobs
     reached ``done``) per second of pgbench's own clock."""
     binary = pgbench_path()
     if binary is None:
         raise InfrastructureError("pgbench is not installed (Debian: apt install postgresql)")
-    script = work / "store_lifecycle.sql"
-    script.write_text(lifecycle_script())
     before = _done(url)
-    command = [
-        str(binary), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
-        f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
-        f"--file={script}", url,
-    ]  # fmt: skip
     # pgbench's sessions are set up as the store's are.
     options = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
     env = {**os.environ, "PGOPTIONS": f"{os.environ.get('PGOPTIONS', '')} {options}".strip()}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120, env=env)
+    with resources.as_file(_SCRIPT) as script:
+        command = [
+            str(binary), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
+            f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
+            f"--file={script}", url,
+        ]  # fmt: skip
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=seconds + 120, env=env
+        )
     if done.returncode != 0:
         said = (done.stderr or done.stdout).strip()[-2000:]
         raise InfrastructureError(f"pgbench failed (exit {done.returncode}): {said}")

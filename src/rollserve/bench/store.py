@@ -14,13 +14,11 @@ vacuumed jobs table.
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rich.table import Table
 
@@ -111,9 +109,7 @@ def _with_baseline(step: StoreStep, url: str, seconds: float) -> StoreStep:
     database."""
     from rollserve.bench.pgbench import run_pgbench  # psycopg: only for a PostgreSQL store
 
-    with tempfile.TemporaryDirectory(prefix="rollserve-pgbench-") as work:
-        baseline = run_pgbench(url, step.clients, seconds, Path(work))
-    rate = baseline.lifecycles_per_s
+    rate = run_pgbench(url, step.clients, seconds).lifecycles_per_s
     return step.model_copy(
         update={
             "pgbench_lifecycles_per_s": round(rate, 1),

@@ -33,7 +33,7 @@ class PassedJobs:
     def add(self, stage: Stage, job: JobRecord) -> None:
         self._waiting[stage][job.job_id] = job
 
-    def next(self, stage: Stage) -> JobRecord | None:
+    def first(self, stage: Stage) -> JobRecord | None:
         """The job passed on to ``stage`` first, taken; None if there is none."""
         waiting = self._waiting[stage]
         return waiting.pop(next(iter(waiting))) if waiting else None

@@ -191,7 +191,7 @@ class Scheduler:
         or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
-            passed = self._passed.next(stage)
+            passed = self._passed.first(stage)
             if passed is not None:
                 return passed
             if self._may_claim(stage):
