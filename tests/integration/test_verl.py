@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 from tests.integration.conftest import ROOT, Server
 from tests.servers import LlmServer
+from tests.venvs import made_venv
 
 VERL_VENV = ROOT / ".venv-verl"
 REQUIREMENTS = ["verl==0.9.1", "torch==2.13.0", "cachetools", "fastapi", "uvicorn", "httpx"]
@@ -26,13 +26,7 @@ REQUIREMENTS = ["verl==0.9.1", "torch==2.13.0", "cachetools", "fastapi", "uvicor
 @pytest.fixture(scope="session")
 def verl_python() -> Path:
     """veRL's interpreter, with rollserve's client installed from this checkout."""
-    python = VERL_VENV / "bin" / "python"
-    stamp = VERL_VENV / ".rollserve-requirements"
-    if not (python.exists() and stamp.is_file() and stamp.read_text() == " ".join(REQUIREMENTS)):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VERL_VENV)], check=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, *REQUIREMENTS], check=True, timeout=1200)
-        stamp.write_text(" ".join(REQUIREMENTS))
+    python = made_venv(VERL_VENV, REQUIREMENTS)
     # The client from this checkout, without its dependencies' versions changing veRL's.
     subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(ROOT)],

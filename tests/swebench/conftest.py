@@ -59,16 +59,20 @@ class Instance:
 
 
 def _build(rows: list[dict[str, Any]], base_rootfs: Path, out: Path) -> Path:
+    work = out / "build"
+    (work / "base").mkdir(parents=True)
+    base_layer = oci.build_layer(oci.LayerSpec(base_rootfs), work / "base")  # one for every image
     for each in rows:
         name = each["instance_id"]
         build_instance_image(
             each,
             out / f"{name}.tar",
             base_rootfs=base_rootfs,
-            work=out / "build" / name,
+            work=work / name,
             recipe=load_recipe(EXAMPLES / "recipes.json", name),
+            base_layer=base_layer,
         )
-    shutil.rmtree(out / "build", ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
     return out
 
 

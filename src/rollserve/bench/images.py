@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ from rollserve.bench.layers import layer_figures
 from rollserve.bench.startup import time_start
 from rollserve.bench.stats import quantile, running_user
 from rollserve.errors import InvalidInputError, SandboxStartError
-from rollserve.fixtures.oci import LayerSpec, build_image
+from rollserve.fixtures.oci import LayerSpec, build_image, build_layer
 from rollserve.fixtures.users import User, as_user_argv, delegation, ensure_user, undelegate
 from rollserve.images.base import RunnableImage
 from rollserve.sandbox import SandboxInstance, SandboxManager, spec_for
@@ -51,18 +52,21 @@ def make_images(work: Path, base: Path, files: int, apptainer: bool) -> dict[str
     """The same image as every kind the bench measures: reference by kind."""
     repo = work / "testbed"
     make_repository(repo, files)
-    layers = [LayerSpec(base), LayerSpec(repo, prefix="/testbed", gzip=True)]
-    config = {"env": {"BENCH": "1"}, "workdir": "/testbed"}
+    built = work / "layers"  # each layer written once, for the three kinds of image
+    built.mkdir()
+    layers = [
+        build_layer(LayerSpec(base), built),
+        build_layer(LayerSpec(repo, prefix="/testbed", gzip=True), built),
+    ]
+    env, workdir = {"BENCH": "1"}, "/testbed"
     refs = {
-        "oci-archive": build_image(work / "image.tar", layers, **config),  # type: ignore[arg-type]
+        "oci-archive": build_image(work / "image.tar", layers, env=env, workdir=workdir),
         "docker-archive": build_image(
-            work / "docker.tar",
-            layers,
-            fmt="docker-archive",
-            **config,  # type: ignore[arg-type]
+            work / "docker.tar", layers, env=env, workdir=workdir, fmt="docker-archive"
         ),
-        "oci": build_image(work / "layout", layers, fmt="oci", **config),  # type: ignore[arg-type]
+        "oci": build_image(work / "layout", layers, env=env, workdir=workdir, fmt="oci"),
     }
+    shutil.rmtree(built)
     rootfs = work / "rootfs"
     # cp -a, not shutil.copytree: the root filesystem holds device nodes (/dev/zero …).
     subprocess.run(["cp", "-a", "--reflink=auto", str(base), str(rootfs)], check=True)
