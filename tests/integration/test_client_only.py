@@ -57,8 +57,9 @@ def client_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     venv = base / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
     subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(source)],
+        [*pip, str(source)],
         check=True,
         timeout=600,
     )
