@@ -172,7 +172,9 @@ class Rig:
 
     def wait(self, job_id: str) -> dict[str, Any]:
         """The job's final view: it ended (never stuck), once, in the results feed."""
-        view: dict[str, Any] = self.http.get(f"/v1/jobs/{job_id}", params={"wait": 60}).json()
+        view: dict[str, Any] = self.http.get(
+            f"/v1/jobs/{job_id}", params={"wait": 60}, timeout=70
+        ).json()
         assert view["status"] in ("completed", "failed"), view
         feed = self.http.get("/v1/results", params={"limit": 1000}).json()["results"]
         assert [r["status"] for r in feed if r["job_id"] == job_id] == [view["status"]]

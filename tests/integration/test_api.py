@@ -36,7 +36,7 @@ def test_submit_wait_and_results_feed(server_factory: Callable[..., Server]) -> 
             },
         )
         assert batch.status_code == 202 and len(batch.json()["jobs"]) == 3
-        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 30}).json()
+        done = http.get(f"/v1/jobs/{job_id}", params={"wait": 30}, timeout=40).json()
         assert done["status"] == "completed" and done["result"]["reward"] == 1.0
         seen: list[str] = []
         cursor = 0
@@ -126,7 +126,11 @@ def test_backends_are_checked_kept_across_restarts_and_removed(
         config.pop("chat_template", None)
         (no_template / "tokenizer_config.json").write_text(json.dumps(config))
         (no_template / "chat_template.jinja").unlink(missing_ok=True)
-        plain = http.post("/v1/llm/backends", json={**spec, "tokenizer": str(no_template)})
+        # The first tokenizer this server loads: transformers' import takes ~9 s on an idle
+        # machine here, several times that beside the rest of the suite.
+        plain = http.post(
+            "/v1/llm/backends", json={**spec, "tokenizer": str(no_template)}, timeout=120
+        )
         assert plain.status_code == 422 and "no chat template" in plain.text
     server.stop()
     llm.stop()

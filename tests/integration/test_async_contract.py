@@ -46,7 +46,7 @@ def test_a_rollout_behind_its_bound_ends_stale(server_factory: Callable[..., Ser
         resumed = http.post("/v1/llm/models/scripted/resume", json={"policy_version": 1})
         assert resumed.json()["policy_version"] == 1
 
-        stale = http.get("/v1/jobs/strict", params={"wait": 60}).json()
+        stale = http.get("/v1/jobs/strict", params={"wait": 60}, timeout=70).json()
         assert stale["status"] == "stale", stale
         assert stale["error"]["code"] == "stale" and stale["result"] is None
         assert stale["error"]["details"] == {
@@ -55,7 +55,7 @@ def test_a_rollout_behind_its_bound_ends_stale(server_factory: Callable[..., Ser
             "newest": 1,
             "max_staleness": 0,
         }
-        done = http.get("/v1/jobs/lenient", params={"wait": 60}).json()
+        done = http.get("/v1/jobs/lenient", params={"wait": 60}, timeout=70).json()
         assert done["status"] == "completed", done
         result = done["result"]
         assert (result["min_policy_version"], result["max_policy_version"]) == (0, 1)
@@ -90,7 +90,7 @@ def test_a_pause_longer_than_the_run_timeout_times_nothing_out(
                 http.post("/v1/llm/backends", json={**spec, "policy_version": 1}).status_code == 201
             )
             http.post("/v1/llm/models/scripted/resume", json={})
-            done = http.get("/v1/jobs/patient", params={"wait": 60}).json()
+            done = http.get("/v1/jobs/patient", params={"wait": 60}, timeout=70).json()
         assert done["status"] == "completed", done
         assert done["result"]["exit_reason"] == "max_turns"  # not timeout
         assert done["timing"]["run_s"] > 2.5
@@ -110,7 +110,7 @@ def test_an_admission_pause_holds_new_jobs(server_factory: Callable[..., Server]
         assert http.get("/v1/jobs/held").json()["status"] in ("queued", "initializing")
         assert llm.requests == []
         http.post("/v1/llm/models/scripted/resume", json={})
-        done = http.get("/v1/jobs/held", params={"wait": 60}).json()
+        done = http.get("/v1/jobs/held", params={"wait": 60}, timeout=70).json()
         assert done["status"] == "completed", done
         assert done["timing"]["queued_s"] >= 1.0  # held in the queue, not in a stage
 

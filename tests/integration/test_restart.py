@@ -37,7 +37,9 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(server_factory: Callable[..
     second.data_dir = first.data_dir
     second.start()
     with httpx.Client(base_url=second.url, timeout=60) as http:
-        views = [http.get(f"/v1/jobs/j{i}", params={"wait": 60}).json() for i in range(6)]
+        views = [
+            http.get(f"/v1/jobs/j{i}", params={"wait": 60}, timeout=70).json() for i in range(6)
+        ]
         assert [v["status"] for v in views] == ["completed"] * 6, [
             (v["job_id"], v["status"], v["attempts"], v.get("error")) for v in views
         ]
@@ -96,7 +98,7 @@ def test_sigkill_in_every_stage_and_restart(server_factory: Callable[..., Server
     second.start()
     with httpx.Client(base_url=second.url, timeout=60) as http:
         views = {
-            j["job_id"]: http.get(f"/v1/jobs/{j['job_id']}", params={"wait": 60}).json()
+            j["job_id"]: http.get(f"/v1/jobs/{j['job_id']}", params={"wait": 60}, timeout=70).json()
             for j in jobs
         }
         assert {v["status"] for v in views.values()} == {"completed"}

@@ -45,7 +45,7 @@ def test_text_mode_math_rollout(
     ):
         _register(http, id="s", kind=kind, url=llm.url, model="scripted", policy_version=7)
         job = http.post("/v1/jobs", json={"task": _MATH, "model": "scripted"}).json()
-        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}, timeout=70).json()
         assert done["status"] == "completed", done
         result = done["result"]
         assert result["reward"] == 1.0 and result["exit_reason"] == "submitted"
@@ -76,7 +76,7 @@ def test_cancel_aborts_the_model_call_in_flight(server_factory: Callable[..., Se
         [backend] = http.get("/v1/llm/backends").json()
         assert backend["in_flight"] == 1
         cancelled = http.delete(f"/v1/jobs/{job['job_id']}").json()
-        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 10}).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 10}, timeout=20).json()
         assert done["status"] == "cancelled", (cancelled, done)
         [backend] = http.get("/v1/llm/backends").json()
         assert backend["in_flight"] == 0  # the request was dropped, its slot freed
@@ -89,7 +89,7 @@ def test_jobs_wait_for_a_backend_then_fail_clearly(server_factory: Callable[...,
     server.start()
     with httpx.Client(base_url=server.url, timeout=60) as http:
         job = http.post("/v1/jobs", json={"task": _MATH, "model": "nobody"}).json()
-        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 30}).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 30}, timeout=40).json()
         assert done["status"] == "failed" and done["result"] is None
         assert done["error"]["code"] == "backend_unavailable"
         assert "nobody" in done["error"]["message"]
@@ -123,7 +123,7 @@ def test_token_mode_math_rollout_with_the_tiny_model(
             "sampling": {"max_tokens": 16, "seed": 5},
         }
         job = http.post("/v1/jobs", json=request).json()
-        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 120}).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 120}, timeout=130).json()
         assert done["status"] == "completed", done
         result = done["result"]
         assert result["reward"] == 0.0  # the tiny model does not know arithmetic
@@ -168,7 +168,7 @@ def test_a_killed_backend_fails_over_mid_rollout(
             assert time.monotonic() < end, "backend a was never used"
             time.sleep(0.05)
         first.kill()
-        jobs = [http.get(f"/v1/jobs/{i}", params={"wait": 120}).json() for i in ids]
+        jobs = [http.get(f"/v1/jobs/{i}", params={"wait": 120}, timeout=130).json() for i in ids]
         assert [j["status"] for j in jobs] == ["completed"] * 4, jobs
         assert [j["attempts"] for j in jobs] == [1] * 4  # the turn failed over, not the job
         used = [{t["backend_id"] for t in j["result"]["tokens"]["turns"]} for j in jobs]
@@ -189,7 +189,7 @@ def test_an_episode_that_hits_the_turn_limit(server_factory: Callable[..., Serve
         _register(http, id="s", kind="openai", url=llm.url, model="scripted")
         request = {"task": _MATH, "model": "scripted", "agent": {"name": "tool", "max_turns": 3}}
         job = http.post("/v1/jobs", json=request).json()
-        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}).json()
+        done = http.get(f"/v1/jobs/{job['job_id']}", params={"wait": 60}, timeout=70).json()
         assert done["status"] == "completed", done
         result = done["result"]
         assert result["exit_reason"] == "max_turns" and result["turns"] == 3

@@ -14,7 +14,7 @@ from tests.swe_tasks import BOLTONS, Prepared
 
 
 def _wait(http: httpx.Client, job_ids: list[str]) -> list[dict[str, Any]]:
-    return [http.get(f"/v1/jobs/{j}", params={"wait": 120}).json() for j in job_ids]
+    return [http.get(f"/v1/jobs/{j}", params={"wait": 120}, timeout=130).json() for j in job_ids]
 
 
 def test_reference_fixes_score_one_and_empty_submissions_zero(

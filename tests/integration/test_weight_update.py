@@ -111,7 +111,7 @@ def test_weight_update_mid_rollout(
 
         results = {}
         for i in range(ROLLOUTS):
-            view = http.get(f"/v1/jobs/wu-{i}", params={"wait": 300}).json()
+            view = http.get(f"/v1/jobs/wu-{i}", params={"wait": 300}, timeout=310).json()
             assert view["status"] == "completed", view  # no rollout lost
             results[view["job_id"]] = view["result"]
 

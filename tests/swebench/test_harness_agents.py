@@ -66,7 +66,7 @@ def _run(server: Server, instance: Instance, agents: Path, job_id: str) -> dict[
     with httpx.Client(base_url=server.url, timeout=60) as http:
         answer = http.post("/v1/jobs", json=request)
         assert answer.status_code == 202, answer.text
-        view = http.get(f"/v1/jobs/{job_id}", params={"wait": 600}).json()
+        view = http.get(f"/v1/jobs/{job_id}", params={"wait": 600}, timeout=610).json()
     assert view["status"] == "completed", view
     result: dict[str, Any] = view["result"]
     return result

@@ -75,7 +75,10 @@ def test_sigkill_with_swe_sandboxes_live_leaves_nothing_after_the_restart(
     # Once the new server is ready, the killed one's sandboxes are gone.
     _wait("the killed server's processes ending", lambda: not any(p.alive() for p in live), 10)
     with httpx.Client(base_url=second.url, timeout=60) as http:
-        views = [http.get(f"/v1/jobs/{j['job_id']}", params={"wait": 300}).json() for j in jobs]
+        views = [
+            http.get(f"/v1/jobs/{j['job_id']}", params={"wait": 300}, timeout=310).json()
+            for j in jobs
+        ]
         assert [v["status"] for v in views] == ["completed"] * 2, views
         assert all(v["attempts"] == 2 for v in views)  # each run again, once
         assert all(v["result"]["evaluation"]["resolution"] != "RESOLVED_FULL" for v in views)
