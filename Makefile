@@ -6,11 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 # The suite runs on 4 workers, a test file to a worker: most tests wait on processes,
-# servers and sandboxes rather than compute. Files go out in the order they are collected:
-# xdist's default hands out the files with fewest tests last, and those are the longest
-# here (bench learn, bench images, veRL), which then ran alone at the end.
+# servers and sandboxes rather than compute.
 PYTEST_WORKERS ?= 4
-PYTEST_DIST := -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The suites that touch sandboxes, images, SWE tasks, restarts, the fleet on PostgreSQL, the
 # viewer and the sandbox check run a second time as an ordinary user (made if missing), in
 # cgroups delegated to it as systemd's Delegate=yes does.
@@ -52,13 +49,13 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 pytest: $(STAMP)
-	$(BIN)/pytest $(PYTEST_DIST) $(PYTEST_ARGS)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Run by a non-root user, `make pytest` already was the rootless run.
 pytest-rootless: $(STAMP)
 	@if [ "$$(id -u)" != 0 ]; then echo "pytest-rootless: running as uid $$(id -u) already"; \
 	else $(BIN)/python -m rollserve.fixtures.users --delegate $(ROOTLESS_USER) -- \
-		$(BIN)/pytest -p no:cacheprovider $(PYTEST_DIST) \
+		$(BIN)/pytest -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile \
 		$(PYTEST_ARGS) $(ROOTLESS_TESTS); fi
 
 bench: setup
