@@ -14,6 +14,8 @@ from rollserve.sandbox import SandboxManager
 from rollserve.settings import Settings
 from tests.missing import missing
 
+pytest_plugins = ["tests.cputime"]  # --cpu-log DIR: each test's CPU time
+
 if TYPE_CHECKING:
     from rollserve.fixtures.postgres import TempPostgres
 
