@@ -28,18 +28,19 @@ def _cpu() -> tuple[float, float]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     folder: Path | None = item.config.getoption("--cpu-log")
+    if folder is None:
+        return (yield)
     start, (own, children) = time.monotonic(), _cpu()
     try:
         return (yield)
     finally:
-        if folder is not None:
-            own_after, children_after = _cpu()
-            line = {
-                "id": item.nodeid,
-                "wall": round(time.monotonic() - start, 3),
-                "self": round(own_after - own, 3),
-                "children": round(children_after - children, 3),
-            }
-            folder.mkdir(parents=True, exist_ok=True)
-            with (folder / f"cpu-{os.getpid()}.jsonl").open("a") as log:
-                log.write(json.dumps(line) + "\n")
+        own_after, children_after = _cpu()
+        line = {
+            "id": item.nodeid,
+            "wall": round(time.monotonic() - start, 3),
+            "self": round(own_after - own, 3),
+            "children": round(children_after - children, 3),
+        }
+        folder.mkdir(parents=True, exist_ok=True)
+        with (folder / f"cpu-{os.getpid()}.jsonl").open("a") as log:
+            log.write(json.dumps(line) + "\n")

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from rollserve.harness.mini_swe import OFFLINE_ENV
 from tests.venvs import current, made_venv
 
 ROOT = Path(__file__).parents[2]
@@ -26,11 +27,6 @@ IMPORTS = (
     "minisweagent.config",
     "minisweagent.models.litellm_model",
 )
-OFFLINE = {
-    "MSWEA_SILENT_STARTUP": "1",
-    "MSWEA_CONFIGURED": "1",
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-}
 PROGRAMS = Path(__file__).parent / "agent_programs"
 IN_SANDBOX = "/opt/agent"
 
@@ -56,7 +52,7 @@ def agents_dir() -> Path:
             return AGENTS
         agents = Path.home() / ".cache" / "rollserve-test-agents"
     with tempfile.TemporaryDirectory(prefix="mswea-") as config:
-        offline = {**OFFLINE, "MSWEA_GLOBAL_CONFIG_DIR": config}
+        offline = {**OFFLINE_ENV, "MSWEA_GLOBAL_CONFIG_DIR": config}
         python = made_venv(agents / "venv", REQUIREMENTS, imports=IMPORTS, env=offline)
     # rollserve's client from this checkout, as an editable install would put it on the
     # path, without writing into the checkout (which the rootless suite's user may not).

@@ -20,14 +20,22 @@ from rollserve.harness.base import HarnessJob
 MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
+# mini-swe-agent and litellm offline and without prompts, beside a global config directory of
+# their own (MSWEA_GLOBAL_CONFIG_DIR).
+OFFLINE_ENV = {
+    "MSWEA_SILENT_STARTUP": "1",
+    "MSWEA_CONFIGURED": "1",
+    "MSWEA_COST_TRACKING": "ignore_errors",
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT": "1",
+}
+
+
 def _quiet_offline() -> None:
     """mini-swe-agent and litellm, offline and without prompts (before they are imported)."""
-    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
-    os.environ.setdefault("MSWEA_CONFIGURED", "1")
+    for name, value in OFFLINE_ENV.items():
+        os.environ.setdefault(name, value)
     os.environ.setdefault("MSWEA_GLOBAL_CONFIG_DIR", tempfile.mkdtemp(prefix="mswea-"))
-    os.environ.setdefault("MSWEA_COST_TRACKING", "ignore_errors")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    os.environ.setdefault("MSWEA_MODEL_RETRY_STOP_AFTER_ATTEMPT", "1")
 
 
 class EnvironmentConfig(BaseModel):
