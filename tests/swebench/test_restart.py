@@ -38,7 +38,9 @@ def test_sigkill_with_swe_sandboxes_live_leaves_nothing_after_the_restart(
         "default_sandbox_backend": backend,
         "image_cache_dir": str(instance.cache),
         "run_workers": "2",
-        "lease_s": "2",
+        # Short, so the killed server's leases lapse soon; long enough that a heartbeat late
+        # on a loaded machine does not hand a live job to the other worker.
+        "lease_s": "5",
     }
     jobs: list[dict[str, Any]] = [
         {

@@ -10,6 +10,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import httpx
 from rollserve.client import wait_ready
 from rollserve.demo.report import write_trajectories
 from rollserve.schema.jobs import JobView
-from rollserve.testing.scripted import ScriptedLLMServer
+from rollserve.testing.scripted import Hold, ScriptedLLMServer
 from tests.integration.agents_env import PROGRAMS
 from tests.integration.conftest import ROOT
 from tests.servers import free_port
@@ -252,9 +253,15 @@ def test_an_external_agents_trajectory_shows_its_process_and_segments(
 
 
 def test_a_running_job_is_watched_turn_by_turn(browser: Any, viewer: Viewer) -> None:
-    """A text-mode rollout whose model takes 2 s a turn: its page shows the first turn while
-    the second is being generated, then the finished trajectory, without a reload."""
-    with ScriptedLLMServer(SOLVE, delay_s=2.0, model="slow") as slow:
+    """A text-mode rollout whose second turn is held until the page has shown the first: the
+    page shows the first turn while the second is being generated, then the finished
+    trajectory, without a reload."""
+    second_turn = threading.Event()
+
+    def hold_the_second(path: str, body: dict[str, Any], answer: dict[str, Any]) -> Any:
+        return Hold(second_turn) if slow.served > 1 else answer
+
+    with ScriptedLLMServer(SOLVE, model="slow", rewrite=hold_the_second) as slow:
         spec = {"id": "slow", "kind": "openai", "url": slow.url, "model": "slow"}
         assert viewer.admin.post("/v1/llm/backends", json=spec).status_code == 201
         try:
@@ -263,22 +270,24 @@ def test_a_running_job_is_watched_turn_by_turn(browser: Any, viewer: Viewer) -> 
             page, errors = sign_in(browser, viewer)
             page.goto(f"{viewer.url}/ui/#/jobs/watched")
             _ready(page, "trajectory")
-            page.locator("[data-testid=traj-live]").wait_for(timeout=20_000)
-            page.locator("[data-testid=turn]").first.wait_for(timeout=20_000)
+            page.locator("[data-testid=traj-live]").wait_for(timeout=30_000)
+            page.locator("[data-testid=turn]").first.wait_for(timeout=30_000)
             assert page.locator("[data-testid=turn]").count() == 1  # the second is on its way
             assert "echo $((6*7))" in page.locator("[data-testid=tool-call]").first.inner_text()
             shot(page, "live-trajectory")
             page.evaluate("window.__kept = true")
+            second_turn.set()
             page.wait_for_function(
                 "() => document.querySelector('[data-testid=trajectory]').dataset.status"
                 " === 'completed'",
-                timeout=30_000,
+                timeout=60_000,
             )
             assert page.locator("[data-testid=traj-live]").count() == 0
             assert page.locator("[data-testid=turn]").count() == 2
             assert page.evaluate("window.__kept") is True
             assert errors == []
         finally:
+            second_turn.set()
             viewer.admin.delete("/v1/llm/backends/slow")
 
 

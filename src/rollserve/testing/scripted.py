@@ -81,6 +81,16 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class Hold:
+    """A fault a rewrite can return: the answer is held back until ``release`` is set (at most
+    ``timeout_s``) while the server keeps serving other requests (a generation that ends when
+    the test says so, however slow or fast the machine is)."""
+
+    release: threading.Event
+    timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class Trickle:
     """A fault a rewrite can return: the answer is sent at once with its headers, then its
     body a byte every ``interval_s`` (a server too slow for any single read to time out)."""
@@ -94,7 +104,7 @@ class Drop:
     process that dies while generating)."""
 
 
-Fault = RawAnswer | Stall | Trickle | Drop
+Fault = RawAnswer | Stall | Hold | Trickle | Drop
 Handler = Callable[[dict[str, Any], list[int], ScriptedTurn, int], dict[str, Any]]
 Rewrite = Callable[[str, dict[str, Any], dict[str, Any]], "dict[str, Any] | int | Fault"]
 """``(path, request body, answer) → answer``, an HTTP status to refuse with, or a Fault:
@@ -112,7 +122,7 @@ class ScriptedLLMServer:
     delayed or failed; ``max_model_len`` is listed in ``/v1/models`` when given;
     ``server_info`` is what ``/server_info`` answers (404 when None); ``rewrite`` changes each
     generation answer, or answers with a fault (:class:`RawAnswer`, :class:`Stall`,
-    :class:`Trickle`, :class:`Drop`).
+    :class:`Hold`, :class:`Trickle`, :class:`Drop`).
 
     Every route lives under a path prefix of its own (in ``base_url`` and ``url``): a client
     still aimed at an earlier server whose port this one now has gets 404s, never its turns."""
@@ -280,6 +290,9 @@ class ScriptedLLMServer:
             changed = self.rewrite(path, body, answer)
             if isinstance(changed, Stall):
                 await asyncio.sleep(changed.seconds)
+                return answer
+            if isinstance(changed, Hold):
+                await asyncio.to_thread(changed.release.wait, changed.timeout_s)
                 return answer
             if isinstance(changed, Trickle):
                 return StreamingResponse(
