@@ -40,6 +40,35 @@ def test_a_full_queue_accepts_nothing(store: Store) -> None:
     assert [s.created for s in store.submit(_jobs("a", "c"), max_queued=3)] == [False, True]
 
 
+def test_the_queue_bound_counts_each_job_until_it_ends(store: Store, clock: Clock) -> None:
+    """Submitted jobs count against the bound until they end, however they end (finished,
+    cancelled queued, cancel_group, cancelled in a stage); ended jobs and their purge do not."""
+    store.submit(_jobs("a", "b", "c", "d", group="g"), max_queued=5)
+    store.submit(_jobs("e"), max_queued=5)
+    with pytest.raises(QueueFullError, match="holds 5 unfinished"):
+        store.submit(_jobs("f"), max_queued=5)
+    assert store.claim(Stage.INIT, "n", 30) is not None  # a
+    assert store.pass_on("a", "n", Stage.RUN, 30) is not None  # still unfinished
+    store.requeue("a", "n", Stage.INIT)  # and again
+    with pytest.raises(QueueFullError, match="holds 5 unfinished"):
+        store.submit(_jobs("f"), max_queued=5)
+    claimed = store.claim(Stage.INIT, "n", 30)
+    assert claimed is not None and claimed.job_id == "a"
+    store.finish("a", "n", JobStatus.COMPLETED)
+    store.cancel("b")
+    assert store.claim(Stage.INIT, "n", 30) is not None  # c
+    store.cancel("c")
+    store.finish("c", "n", JobStatus.CANCELLED)
+    assert store.cancel_group("g") == ["d"]
+    assert [s.created for s in store.submit(_jobs("f", "g", "h", "i"), max_queued=5)] == [True] * 4
+    with pytest.raises(QueueFullError, match="holds 5 unfinished"):
+        store.submit(_jobs("j"), max_queued=5)
+    clock.now += 100
+    assert store.purge(finished_before=clock.now) == 4
+    with pytest.raises(QueueFullError, match="holds 5 unfinished"):
+        store.submit(_jobs("j"), max_queued=5)
+
+
 def test_claims_follow_priority_then_age(store: Store) -> None:
     store.submit(_jobs("old"), max_queued=10)
     store.submit(_jobs("new"), max_queued=10)

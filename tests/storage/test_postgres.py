@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rollserve.errors import StoreSchemaError, StoreUnavailableError
+from rollserve.errors import QueueFullError, StoreSchemaError, StoreUnavailableError
 from rollserve.fixtures.postgres import TempPostgres
 from rollserve.schema.api import JobQuery
 from rollserve.storage import JobStatus, NewJob, SqliteJobStore, Stage
@@ -124,7 +124,7 @@ def test_an_unreachable_database_is_a_clear_error() -> None:
 
 def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
     """A database made by the first schema version gets the columns of the later ones and
-    keeps its jobs."""
+    keeps its jobs, and its unfinished ones count against the queue's bound."""
     from rollserve.storage.postgres.schema import MIGRATIONS
 
     url = postgres.create("old_schema")
@@ -147,6 +147,8 @@ def test_an_older_schema_is_migrated_in_place(postgres: TempPostgres) -> None:
         store.requeue("old", "n", Stage.INIT, delay_s=60)  # the new column is there
         [ended] = store.list_jobs(JobQuery(kind="math")).jobs  # and the generated ones
         assert (ended.job_id, ended.reward, ended.turns) == ("ended", 0.5, 2)
+        with pytest.raises(QueueFullError, match="holds 2 unfinished"):  # old and new
+            store.submit([NewJob("more", {})], max_queued=2)
     finally:
         store.close()
 
