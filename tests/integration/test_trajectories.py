@@ -5,6 +5,7 @@ backend, version, latency and, in token mode, the text of every token."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 
 from rollserve.client import RolloutClient
-from rollserve.testing.scripted import ScriptedLLMServer
+from rollserve.testing.scripted import Hold, ScriptedLLMServer
 from tests.integration.conftest import Server
 
 _MATH = {"kind": "math", "prompt": "What is 6*7?", "answer": "42"}
@@ -36,8 +37,13 @@ def test_a_running_job_shows_its_turns_and_the_finished_one_each_turns_details(
 ) -> None:
     server = server_factory()
     server.start()
+    second_turn = threading.Event()  # held until the test has seen the first
+
+    def hold_the_second(path: str, body: dict[str, Any], answer: dict[str, Any]) -> Any:
+        return Hold(second_turn) if llm.served > 1 else answer
+
     with (
-        ScriptedLLMServer(_SOLVE, delay_s=1.0) as llm,
+        ScriptedLLMServer(_SOLVE, delay_s=1.0, rewrite=hold_the_second) as llm,
         httpx.Client(base_url=server.url, timeout=60) as http,
         RolloutClient(server.url) as client,
     ):
@@ -46,12 +52,13 @@ def test_a_running_job_shows_its_turns_and_the_finished_one_each_turns_details(
         http.post("/v1/jobs", json={"job_id": "live", "task": task, "model": "scripted"})
         seen: list[dict[str, Any]] = []
         end = time.monotonic() + 30
-        while time.monotonic() < end:  # the first turn ends a second before the second
+        while time.monotonic() < end:
             now = http.get("/v1/jobs/live/trajectory").json()
             if now["live"] and now["turns"]:
                 seen.append(now)
                 break
             time.sleep(0.05)
+        second_turn.set()
         assert seen, "the running job never showed a turn"
         [first] = seen[0]["turns"]
         assert [m["role"] for m in seen[0]["prelude"]] == ["system", "user"]

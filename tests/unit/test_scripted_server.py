@@ -12,7 +12,7 @@ import pytest
 
 from rollserve.errors import InvalidInputError
 from rollserve.llm.toolcalls import HermesParser, ToolCall
-from rollserve.testing.scripted import ScriptedLLMServer, ScriptedTurn
+from rollserve.testing.scripted import Hold, ScriptedLLMServer, ScriptedTurn
 
 EOS = "<|im_end|>"
 BASH_TURN = {
@@ -278,3 +278,35 @@ def test_stop_answers_the_request_in_flight() -> None:
     thread.join()
     assert outcome == [200]
     server.stop()  # idempotent
+
+
+def test_a_held_answer_comes_when_released_and_the_rest_are_served_meanwhile() -> None:
+    release = threading.Event()
+    hold_first = lambda path, body, answer: Hold(release) if "held" in str(body) else answer  # noqa: E731
+    turns = [{"content": "first"}, {"content": "second"}]
+    with ScriptedLLMServer(turns, rewrite=hold_first) as server:
+        answers: list[httpx.Response] = []
+        body = {"messages": [{"role": "user", "content": "held"}]}
+        thread = threading.Thread(target=lambda: answers.append(chat(server, **body)))
+        thread.start()
+        while server.served < 1:
+            thread.join(0.01)
+        assert chat(server).json()["choices"][0]["message"]["content"] == "second"
+        thread.join(0.3)
+        assert thread.is_alive() and answers == []  # still held
+        release.set()
+        thread.join()
+        assert answers[0].json()["choices"][0]["message"]["content"] == "first"
+
+
+def test_stop_releases_the_answers_held() -> None:
+    server = ScriptedLLMServer([{"content": "held"}], rewrite=lambda *a: Hold(threading.Event()))
+    server.start()
+    outcome: list[int] = []
+    thread = threading.Thread(target=lambda: outcome.append(chat(server).status_code))
+    thread.start()
+    while server.served < 1:
+        thread.join(0.01)
+    server.stop()
+    thread.join()
+    assert outcome == [200]

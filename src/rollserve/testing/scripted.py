@@ -83,8 +83,8 @@ class Stall:
 @dataclass(frozen=True)
 class Hold:
     """A fault a rewrite can return: the answer is held back until ``release`` is set (at most
-    ``timeout_s``) while the server keeps serving other requests (a generation that ends when
-    the test says so, however slow or fast the machine is)."""
+    ``timeout_s``, or until the server stops) while the server keeps serving other requests (a
+    generation that ends when the test says so, however slow or fast the machine is)."""
 
     release: threading.Event
     timeout_s: float = 300.0
@@ -154,6 +154,7 @@ class ScriptedLLMServer:
         self._failures = 0
         self._requests: list[tuple[str, dict[str, Any]]] = []
         self._ids = itertools.count()
+        self._held: set[threading.Event] = set()  # answers held back: released on stop
         self.add_turns(turns)
         self._runner = ThreadedServer("scripted-llm")
         self.port = 0
@@ -213,7 +214,10 @@ class ScriptedLLMServer:
         return self
 
     def stop(self) -> None:
-        """Shut down gracefully: requests in flight are answered first."""
+        """Shut down gracefully: requests in flight are answered first (held ones at once)."""
+        with self._lock:
+            for release in self._held:
+                release.set()
         self._runner.stop()
 
     def kill(self) -> None:
@@ -292,6 +296,8 @@ class ScriptedLLMServer:
                 await asyncio.sleep(changed.seconds)
                 return answer
             if isinstance(changed, Hold):
+                with self._lock:
+                    self._held.add(changed.release)
                 await asyncio.to_thread(changed.release.wait, changed.timeout_s)
                 return answer
             if isinstance(changed, Trickle):
