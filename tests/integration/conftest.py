@@ -14,6 +14,8 @@ import httpx
 import pytest
 
 from rollserve.client import wait_ready
+from rollserve.sandbox.state import reap
+from rollserve.settings import Settings
 from rollserve.testing.scripted import ScriptedLLMServer
 from tests.servers import LlmServer, free_port
 
@@ -74,6 +76,9 @@ class Server:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+                # What the server's next start would do: its sandboxes' processes, mounts
+                # and folders go (a data directory of a test is never started again).
+                reap(Settings(data_dir=self.view).state_dir)
 
 
 @pytest.fixture
