@@ -54,9 +54,11 @@ def test_the_script_sends_the_statements_the_store_sends(
     monkeypatch.setattr(PgTx, "query", recorded_query)
     try:  # one lifecycle, as bench store's clients make it
         store.submit([NewJob("a", {"task": {"task_id": "a"}})], max_queued=10**9)
-        assert store.claim(Stage.INIT, "n", 60) is not None
-        assert store.pass_on("a", "n", Stage.RUN, 60, timing={}) is not None
-        assert store.pass_on("a", "n", Stage.EVAL, 60, output={}) is not None
+        claimed = store.claim(Stage.INIT, "n", 60)
+        assert claimed is not None
+        run = store.pass_on(claimed, "n", Stage.RUN, 60, timing={})
+        assert run is not None
+        assert store.pass_on(run, "n", Stage.EVAL, 60, output={}) is not None
         store.heartbeat(["a"], "n", 60)
         store.finish("a", "n", JobStatus.COMPLETED, result={})
     finally:

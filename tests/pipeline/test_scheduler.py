@@ -344,11 +344,9 @@ async def test_a_free_worker_of_the_next_stage_takes_the_job_in_the_same_write(
         steps: list[tuple[str, str, Stage]] = []
         for name in ("advance", "pass_on"):
 
-            def spied(
-                job_id: str, owner: str, stage: Stage, *a: Any, _n: str = name, **k: Any
-            ) -> Any:
-                steps.append((_n, job_id, stage))
-                return getattr(type(pipe.store), _n)(pipe.store, job_id, owner, stage, *a, **k)
+            def spied(job: Any, owner: str, stage: Stage, *a: Any, _n: str = name, **k: Any) -> Any:
+                steps.append((_n, job if isinstance(job, str) else job.job_id, stage))
+                return getattr(type(pipe.store), _n)(pipe.store, job, owner, stage, *a, **k)
 
             setattr(pipe.store, name, spied)
         [first] = pipe.submit(echo_request("a").model_copy(update={"job_id": "a"}))

@@ -47,8 +47,9 @@ def test_the_queue_bound_counts_each_job_until_it_ends(store: Store, clock: Cloc
     store.submit(_jobs("e"), max_queued=5)
     with pytest.raises(QueueFullError, match="holds 5 unfinished"):
         store.submit(_jobs("f"), max_queued=5)
-    assert store.claim(Stage.INIT, "n", 30) is not None  # a
-    assert store.pass_on("a", "n", Stage.RUN, 30) is not None  # still unfinished
+    a = store.claim(Stage.INIT, "n", 30)
+    assert a is not None
+    assert store.pass_on(a, "n", Stage.RUN, 30) is not None  # still unfinished
     store.requeue("a", "n", Stage.INIT)  # and again
     with pytest.raises(QueueFullError, match="holds 5 unfinished"):
         store.submit(_jobs("f"), max_queued=5)
@@ -171,8 +172,10 @@ def test_a_stage_handed_on_to_stay_is_claimed_by_its_node_only(store: Store) -> 
 
 def test_a_stage_passed_on_is_held_by_the_same_owner(store: Store, clock: Clock) -> None:
     store.submit(_jobs("a"), max_queued=10)
-    store.claim(Stage.INIT, "node-1", 30)
-    run = store.pass_on("a", "node-1", Stage.RUN, 30, timing={"init_s": 0.5})
+    claimed = store.claim(Stage.INIT, "node-1", 30)
+    assert claimed is not None
+    clock.now += 1
+    run = store.pass_on(claimed, "node-1", Stage.RUN, 30, timing={"init_s": 0.5})
     assert run is not None
     assert (run.stage, run.status, run.lease_owner, run.node, run.attempts) == (
         Stage.RUN,
@@ -182,16 +185,23 @@ def test_a_stage_passed_on_is_held_by_the_same_owner(store: Store, clock: Clock)
         1,  # nothing started over
     )
     assert run.lease_expires == clock.now + 30
+    assert run == store.get("a")  # the record returned is the job as stored
     assert store.claim(Stage.RUN, "node-1", 30) is None  # held already: not claimed twice
     assert store.heartbeat(["a"], "node-1", 30) == []
     evaluation = store.pass_on(
-        "a", "node-1", Stage.EVAL, 30, output={"patch": "diff"}, timing={"run_s": 2.0}
+        run, "node-1", Stage.EVAL, 30, output={"patch": "diff"}, timing={"run_s": 2.0}
     )
     assert evaluation is not None and evaluation.stage_output == {"patch": "diff"}
     assert evaluation.timing == {"init_s": 0.5, "run_s": 2.0}
+    assert (evaluation.stage, evaluation.status, evaluation.node) == (
+        Stage.EVAL,
+        JobStatus.EVALUATING,
+        None,
+    )
+    assert evaluation == store.get("a")
     assert store.claim(Stage.EVAL, "node-2", 30) is None
     with pytest.raises(LeaseLostError):
-        store.pass_on("a", "node-2", Stage.EVAL, 30)
+        store.pass_on(evaluation, "node-2", Stage.EVAL, 30)
     clock.now += 31  # the lease ran out: another node takes the evaluation over
     taken = store.claim(Stage.EVAL, "node-2", 30)
     assert taken is not None and (taken.job_id, taken.attempts) == ("a", 2)
@@ -202,9 +212,10 @@ def test_a_stage_passed_on_is_held_by_the_same_owner(store: Store, clock: Clock)
 
 def test_a_cancel_during_a_stage_ends_the_job_where_it_is_passed_on(store: Store) -> None:
     store.submit(_jobs("a"), max_queued=10)
-    store.claim(Stage.INIT, "n", 30)
+    claimed = store.claim(Stage.INIT, "n", 30)
+    assert claimed is not None
     store.cancel("a")
-    assert store.pass_on("a", "n", Stage.RUN, 30) is None
+    assert store.pass_on(claimed, "n", Stage.RUN, 30) is None
     a = store.get("a")
     assert a is not None and (a.status, a.lease_owner) == (JobStatus.CANCELLED, None)
 

@@ -25,7 +25,7 @@ from rich.table import Table
 from rollserve.bench.stats import quantile
 from rollserve.schema.bench import StoreBenchResult, StoreStep
 from rollserve.settings import Settings
-from rollserve.storage.base import JobStatus, NewJob, Stage, Store
+from rollserve.storage.base import JobRecord, JobStatus, NewJob, Stage, Store
 from rollserve.storage.registry import open_store
 
 CLIENTS = (1, 4, 16)
@@ -39,14 +39,13 @@ class _Client:
     missed: int = 0
     done: int = 0
 
-    def _claim(self, stage: Stage) -> str | None:
+    def _claim(self, stage: Stage) -> JobRecord | None:
         started = time.perf_counter()
         job = self.store.claim(stage, self.owner, 60)
         self.claims.append(time.perf_counter() - started)
         if job is None:
             self.missed += 1
-            return None
-        return job.job_id
+        return job
 
     def run(self, until: float) -> None:
         """Lifecycles until the deadline. Init is claimed from the shared queue, so a client
@@ -57,12 +56,13 @@ class _Client:
             claimed = self._claim(Stage.INIT)
             if claimed is None:
                 continue
-            if self.store.pass_on(claimed, self.owner, Stage.RUN, 60, timing={}) is None:
+            run = self.store.pass_on(claimed, self.owner, Stage.RUN, 60, timing={})
+            if run is None:
                 continue
-            if self.store.pass_on(claimed, self.owner, Stage.EVAL, 60, output={}) is None:
+            if self.store.pass_on(run, self.owner, Stage.EVAL, 60, output={}) is None:
                 continue
-            self.store.heartbeat([claimed], self.owner, 60)
-            self.store.finish(claimed, self.owner, JobStatus.COMPLETED, result={})
+            self.store.heartbeat([claimed.job_id], self.owner, 60)
+            self.store.finish(claimed.job_id, self.owner, JobStatus.COMPLETED, result={})
             self.done += 1
 
 

@@ -47,9 +47,7 @@ UPDATE jobs SET stage = 'run', status = 'running',
     updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
   WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
     AND NOT cancel_requested
-  RETURNING job_id, group_id, request, priority, stage, status, attempts, created, updated,
-    lease_owner, lease_expires, node, cancel_requested, stage_output, result, error, timing,
-    finished, done_seq, not_before;
+  RETURNING lease_expires, updated, timing;
 -- 4. pass_on(job, owner, EVAL, 60, output={}, timing={})
 UPDATE jobs SET stage = 'eval', status = 'evaluating',
     lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60,
@@ -57,9 +55,7 @@ UPDATE jobs SET stage = 'eval', status = 'evaluating',
     updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
   WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
     AND NOT cancel_requested
-  RETURNING job_id, group_id, request, priority, stage, status, attempts, created, updated,
-    lease_owner, lease_expires, node, cancel_requested, stage_output, result, error, timing,
-    finished, done_seq, not_before;
+  RETURNING lease_expires, updated, timing;
 -- 5. heartbeat([job], owner, 60)
 WITH returned AS (SELECT job_id FROM jobs WHERE job_id = ANY(ARRAY[:job_id])
     AND ((stage <> 'done' AND (cancel_requested

@@ -419,7 +419,7 @@ class Scheduler:
             return advanced
         with self._passed.passing(stage):
             passed = await self._calls.retried(
-                self.store.pass_on, job.job_id, self.node, stage, self.settings.lease_s, **kwargs
+                self.store.pass_on, job, self.node, stage, self.settings.lease_s, **kwargs
             )
         if passed is None:
             return False

@@ -215,7 +215,7 @@ class JobStore(Protocol):
 
     def pass_on(
         self,
-        job_id: str,
+        job: JobRecord,
         owner: str,
         stage: Stage,
         lease_s: float,
@@ -226,8 +226,10 @@ class JobStore(Protocol):
     ) -> JobRecord | None:
         """:meth:`advance` and :meth:`claim` of the same job by the same owner in one step,
         for a node with a worker of ``stage`` free: the job is in ``stage``, leased to
-        ``owner`` for ``lease_s`` (no attempt added: nothing starts over). None: a cancel came
-        during the stage, and the job is now cancelled instead."""
+        ``owner`` for ``lease_s`` (no attempt added: nothing starts over). ``job`` is the
+        record its owner holds (from its claim or an earlier pass_on); the record returned is
+        that job as passed on, without its request and output read back from the store.
+        None: a cancel came during the stage, and the job is now cancelled instead."""
         ...
 
     def finish(

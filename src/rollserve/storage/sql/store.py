@@ -10,6 +10,7 @@ change announces itself to the other nodes as it commits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -132,7 +133,7 @@ class SqlJobStore(SqlRecords):
 
     def pass_on(
         self,
-        job_id: str,
+        job: JobRecord,
         owner: str,
         stage: Stage,
         lease_s: float,
@@ -141,20 +142,33 @@ class SqlJobStore(SqlRecords):
         timing: dict[str, float] | None = None,
         stay: bool = False,
     ) -> JobRecord | None:
-        pinned = stage == Stage.RUN or stay
+        node = owner if stage == Stage.RUN or stay else None
+        # Only what the store decides comes back: the request and the output (a run's whole
+        # trajectory) are the caller's already.
         rows = self._step(
-            job_id,
+            job.job_id,
             owner,
             f"UPDATE jobs SET stage = :stage, status = :status, lease_expires = :now + :lease,"
             f" node = :node, stage_output = :output,"
             f" timing = {self._db.merged('timing', 'timing')}, updated = :now"
-            f" WHERE {_HELD} AND NOT cancel_requested RETURNING {RECORD_COLUMNS}",
-            {
-                **_handed_on(self._db, stage, owner if pinned else None, output, timing),
-                "lease": lease_s,
-            },
+            f" WHERE {_HELD} AND NOT cancel_requested RETURNING lease_expires, updated, timing",
+            {**_handed_on(self._db, stage, node, output, timing), "lease": lease_s},
         )
-        return None if rows is None else to_record(rows[0])
+        if rows is None:
+            return None
+        [row] = rows
+        return dataclasses.replace(
+            job,
+            stage=stage,
+            status=STAGE_STATUS[stage],
+            lease_owner=owner,
+            lease_expires=row["lease_expires"],
+            node=node,
+            cancel_requested=False,
+            stage_output=output,
+            timing=row["timing"] or {},
+            updated=row["updated"],
+        )
 
     def requeue(
         self,
