@@ -8,6 +8,7 @@ import os
 import pwd
 from typing import Any
 
+import psycopg
 import pytest
 
 from tests.bench.conftest import bench
@@ -119,8 +120,16 @@ def test_bench_gateway_json() -> None:
 
 
 def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
-    result = bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10")
+    sizes = ("--request-bytes", "3000", "--output-bytes", "20000")
+    result = bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10", *sizes)
     assert result["store"] == "postgresql" and result["server"] == "given"
+    assert (result["request_bytes"], result["output_bytes"]) == (3000, 20000)
+    with psycopg.connect(pg_url) as conn:  # the store's jobs and pgbench's carried the text
+        lengths = conn.execute(
+            "SELECT DISTINCT length(request #>> '{task,text}') FROM jobs"
+            " WHERE job_id LIKE 'bench-%' OR job_id LIKE 'pg-%'"
+        ).fetchall()
+    assert lengths == [(3000,)]
     assert [r["clients"] for r in result["results"]] == [1, 4, 16]
     assert all(r["lifecycles"] > 0 for r in result["results"])
     assert all(r["client_cpu_ms"] > 0 for r in result["results"])

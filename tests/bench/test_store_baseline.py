@@ -80,12 +80,13 @@ def test_pgbench_lifecycles_end_their_jobs(pg_url: str) -> None:
     if pgbench_path() is None:
         missing("pgbench is not installed (make setup installs PostgreSQL)")
     open_store(Settings(store_url=pg_url)).close()  # the schema
-    step = run_pgbench(pg_url, 2, 1)
+    step = run_pgbench(pg_url, 2, 1, request_bytes=500)
     assert step.lifecycles > 0 and step.seconds > 0
     with psycopg.connect(pg_url) as conn:
         rows = conn.execute(
-            "SELECT stage, status, attempts, result::text, lease_owner FROM jobs"
+            "SELECT stage, status, attempts, result::text, lease_owner,"
+            " length(request #>> '{task,text}') FROM jobs"
             " WHERE job_id LIKE 'pg-%' AND stage = 'done'"
         ).fetchall()
     assert len(rows) == step.lifecycles
-    assert set(rows) == {("done", "completed", 1, "{}", None)}
+    assert set(rows) == {("done", "completed", 1, "{}", None, 500)}

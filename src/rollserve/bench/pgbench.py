@@ -58,10 +58,13 @@ def pgbench_path() -> Path | None:
     return Path(found) if found else None
 
 
-def run_pgbench(url: str, clients: int, seconds: float) -> PgbenchStep:
+def run_pgbench(
+    url: str, clients: int, seconds: float, request_bytes: int = 0, output_bytes: int = 0
+) -> PgbenchStep:
     """``clients`` pgbench clients running the lifecycle for ``seconds`` (whole seconds, at
-    least one) against the store's database at ``url``; the lifecycles that ended (their jobs
-    reached ``done``) per second of pgbench's own clock."""
+    least one) against the store's database at ``url``, with requests and run outputs of
+    that many bytes of text; the lifecycles that ended (their jobs reached ``done``) per
+    second of pgbench's own clock."""
     binary = pgbench_path()
     if binary is None:
         raise InfrastructureError("pgbench is not installed (Debian: apt install postgresql)")
@@ -73,6 +76,7 @@ def run_pgbench(url: str, clients: int, seconds: float) -> PgbenchStep:
         command = [
             str(binary), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
             f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
+            f"--define=request_bytes={request_bytes}", f"--define=output_bytes={output_bytes}",
             f"--file={script}", url,
         ]  # fmt: skip
         done = subprocess.run(

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from rich.table import Table
 
 from rollserve.bench.stats import quantile
+from rollserve.errors import InvalidInputError
 from rollserve.schema.bench import StoreBenchResult, StoreStep
 from rollserve.settings import Settings
 from rollserve.storage.base import JobRecord, JobStatus, NewJob, Stage, Store
@@ -35,6 +36,8 @@ CLIENTS = (1, 4, 16)
 class _Client:
     store: Store
     owner: str
+    text: str = ""  # the request's text (a task's problem statement)
+    output: dict[str, str] = field(default_factory=lambda: {"text": ""})  # what run hands on
     claims: list[float] = field(default_factory=list)
     missed: int = 0
     done: int = 0
@@ -52,14 +55,15 @@ class _Client:
         may carry another's job on: what counts is the jobs finished."""
         while time.perf_counter() < until:
             job_id = f"{self.owner}-{uuid.uuid4().hex[:8]}"
-            self.store.submit([NewJob(job_id, {"task": {"task_id": job_id}})], max_queued=10**9)
+            request = {"task": {"task_id": job_id, "text": self.text}}
+            self.store.submit([NewJob(job_id, request)], max_queued=10**9)
             claimed = self._claim(Stage.INIT)
             if claimed is None:
                 continue
             run = self.store.pass_on(claimed, self.owner, Stage.RUN, 60, timing={})
             if run is None:
                 continue
-            if self.store.pass_on(run, self.owner, Stage.EVAL, 60, output={}) is None:
+            if self.store.pass_on(run, self.owner, Stage.EVAL, 60, output=self.output) is None:
                 continue
             self.store.heartbeat([claimed.job_id], self.owner, 60)
             self.store.finish(claimed.job_id, self.owner, JobStatus.COMPLETED, result={})
@@ -71,8 +75,10 @@ def _step(
     clients: int,
     seconds: float,
     server_cpu: Callable[[], float] | None,
+    sizes: tuple[int, int],
 ) -> StoreStep:
-    workers = [_Client(opener(), f"bench-{clients}-{i}") for i in range(clients)]
+    text, output = "x" * sizes[0], {"text": "x" * sizes[1]}
+    workers = [_Client(opener(), f"bench-{clients}-{i}", text, output) for i in range(clients)]
     for worker in workers:  # every connection open before the clock starts
         worker.store.results_head()
     until = time.perf_counter() + seconds
@@ -104,12 +110,12 @@ def _step(
     )
 
 
-def _with_baseline(step: StoreStep, url: str, seconds: float) -> StoreStep:
+def _with_baseline(step: StoreStep, url: str, seconds: float, sizes: tuple[int, int]) -> StoreStep:
     """The step with pgbench's run of the same lifecycle, as many clients, on the same
     database."""
     from rollserve.bench.pgbench import run_pgbench  # psycopg: only for a PostgreSQL store
 
-    rate = run_pgbench(url, step.clients, seconds).lifecycles_per_s
+    rate = run_pgbench(url, step.clients, seconds, *sizes).lifecycles_per_s
     return step.model_copy(
         update={
             "pgbench_lifecycles_per_s": round(rate, 1),
@@ -119,10 +125,19 @@ def _with_baseline(step: StoreStep, url: str, seconds: float) -> StoreStep:
 
 
 def bench_store(
-    store_url: str | None, seconds: float = 5.0, per_node_rate: float = 25.0
+    store_url: str | None,
+    seconds: float = 5.0,
+    per_node_rate: float = 25.0,
+    *,
+    request_bytes: int = 0,
+    output_bytes: int = 0,
 ) -> StoreBenchResult:
     """Each client count of CLIENTS for ``seconds``, on the given store or a throwaway
-    PostgreSQL server."""
+    PostgreSQL server; each job's request carries ``request_bytes`` of text and its run
+    hands ``output_bytes`` on to evaluation."""
+    if request_bytes < 0 or output_bytes < 0:
+        raise InvalidInputError("request_bytes and output_bytes cannot be negative")
+    sizes = (request_bytes, output_bytes)
     server = None
     if store_url is None:
         from rollserve.fixtures.postgres import TempPostgres
@@ -140,10 +155,10 @@ def bench_store(
         for n in CLIENTS:
             if postgres:
                 vacuum(store_url)
-            step = _step(lambda: open_store(settings), n, seconds, cpu)
+            step = _step(lambda: open_store(settings), n, seconds, cpu, sizes)
             if postgres:
                 vacuum(store_url)
-                step = _with_baseline(step, store_url, seconds)
+                step = _with_baseline(step, store_url, seconds, sizes)
             results.append(step)
     finally:
         if server is not None:
@@ -156,6 +171,8 @@ def bench_store(
         results=results,
         per_node_rate=per_node_rate,
         nodes_served=int(best // per_node_rate),
+        request_bytes=request_bytes,
+        output_bytes=output_bytes,
     )
 
 

@@ -4,10 +4,11 @@
 -- its job's id is random. The store's parameters are written in: ":now" is the database's
 -- clock in the store too (coalesce of a NULL clock), and the JSON the store sends as a
 -- parameter is built here by jsonb_build_object. Run with --protocol=prepared, as psycopg
--- prepares the store's statements.
+-- prepares the store's statements, and with --define request_bytes=N --define output_bytes=M:
+-- the length of the text in each job's request and in the run output handed to evaluation.
 \set r random(1, 9000000000000000000)
 \set got 0
--- 1. submit([NewJob(id, {"task": {"task_id": id}})], max_queued=10**9)
+-- 1. submit([NewJob(id, {"task": {"task_id": id, "text": "x" * N}})], max_queued=10**9)
 INSERT INTO jobs (job_id, group_id, request, priority, stage, status, created, updated)
   SELECT n.job_id, n.group_id, n.request, n.priority, 'init', 'queued',
     coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8),
@@ -17,7 +18,8 @@ INSERT INTO jobs (job_id, group_id, request, priority, stage, status, created, u
     FROM jsonb_array_elements(jsonb_build_array(jsonb_build_object(
       'job_id', 'pg-' || :client_id || '-' || :r, 'group_id', NULL, 'priority', 0,
       'request', jsonb_build_object('task',
-        jsonb_build_object('task_id', 'pg-' || :client_id || '-' || :r)))))
+        jsonb_build_object('task_id', 'pg-' || :client_id || '-' || :r,
+          'text', repeat('x', :request_bytes))))))
       WITH ORDINALITY AS e(value, ord)) AS n
   WHERE NOT EXISTS (SELECT 1 FROM jobs WHERE job_id = ANY(ARRAY['pg-' || :client_id || '-' || :r]))
     AND (SELECT count(*) FROM jobs WHERE stage <> 'done') + 1 <= 1000000000
@@ -48,10 +50,11 @@ UPDATE jobs SET stage = 'run', status = 'running',
   WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
     AND NOT cancel_requested
   RETURNING lease_expires, updated, timing;
--- 4. pass_on(job, owner, EVAL, 60, output={}, timing={})
+-- 4. pass_on(job, owner, EVAL, 60, output={"text": "x" * M}, timing={})
 UPDATE jobs SET stage = 'eval', status = 'evaluating',
     lease_expires = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8) + 60,
-    node = NULL, stage_output = '{}'::jsonb, timing = timing || '{}'::jsonb,
+    node = NULL, stage_output = jsonb_build_object('text', repeat('x', :output_bytes)),
+    timing = timing || '{}'::jsonb,
     updated = coalesce(NULL::float8, extract(epoch FROM transaction_timestamp())::float8)
   WHERE job_id = :job_id AND lease_owner = 'pg-' || :client_id AND stage <> 'done'
     AND NOT cancel_requested

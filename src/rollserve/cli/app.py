@@ -329,9 +329,21 @@ def bench_store_cmd(
     per_node: Annotated[
         float, typer.Option("--per-node", min=0.1, help="rollouts/s one node finishes")
     ] = 25.0,
+    request_bytes: Annotated[
+        int, typer.Option("--request-bytes", min=0, help="text in each job's request")
+    ] = 0,
+    output_bytes: Annotated[
+        int, typer.Option("--output-bytes", min=0, help="text in each run's output")
+    ] = 0,
 ) -> None:
     """The job store's capacity: job lifecycles per second with 1, 4 and 16 clients."""
-    result = bench_store(store_url, seconds=seconds, per_node_rate=per_node)
+    result = bench_store(
+        store_url,
+        seconds=seconds,
+        per_node_rate=per_node,
+        request_bytes=request_bytes,
+        output_bytes=output_bytes,
+    )
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
         return

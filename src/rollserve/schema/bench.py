@@ -252,6 +252,9 @@ class StoreBenchResult(BaseModel):
     results: list[StoreStep]
     per_node_rate: float  # lifecycles per second one node needs (its rollouts per second)
     nodes_served: int  # nodes at that rate one store serves, from the best step
+    # The size of each job's request text and of the run output handed to evaluation.
+    request_bytes: int = 0
+    output_bytes: int = 0
 
 
 class NodesStep(BaseModel):
