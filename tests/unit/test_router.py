@@ -488,6 +488,41 @@ async def test_registrations_made_elsewhere_are_synced_and_races_lose_nothing(
     assert [v.id for v in there.views() if not v.draining] == ["b"]
 
 
+async def test_a_sync_read_before_a_pause_was_stored_does_not_undo_it(
+    make_router: MakeRouter, store: SqliteJobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync whose read of the store began before a pause here, and ends while the pause is
+    being stored, leaves the pause in place (it read a store without it)."""
+    router = await make_router()
+    await router.register(spec("a"))
+    read, stored = threading.Event(), threading.Event()
+    load_pauses, save_pause = store.load_pauses, store.save_pause
+
+    def slow_load() -> dict[str, dict[str, Any]]:
+        before = load_pauses()
+        read.wait(10)
+        return before
+
+    def slow_save(model: str, how: dict[str, Any] | None) -> None:
+        stored.wait(10)
+        save_pause(model, how)
+
+    monkeypatch.setattr(store, "load_pauses", slow_load)
+    monkeypatch.setattr(store, "save_pause", slow_save)
+    reading = asyncio.create_task(router.sync())
+    await asyncio.sleep(0.05)  # the sync has read a store without the pause
+    pausing = asyncio.create_task(router.pause("m", PauseRequest(timeout_s=0)))
+    await asyncio.sleep(0.05)  # paused here, its write to the store on its way
+    read.set()
+    await reading
+    assert router.pauses.paused("m")
+    stored.set()
+    assert (await pausing).paused
+    monkeypatch.undo()
+    await router.sync()
+    assert router.pauses.paused("m")
+
+
 async def test_a_pause_made_on_one_node_holds_the_others(make_router: MakeRouter) -> None:
     here, there = await make_router(), await make_router()
     await here.register(spec("a", policy_version=1))

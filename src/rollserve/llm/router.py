@@ -75,7 +75,8 @@ class Router:
         loaded, pauses = await asyncio.to_thread(
             lambda: (self._store.load_backends(), self._store.load_pauses())
         )
-        if mark != (0, self._edits):  # a change here raced the read: the next sync has it
+        # A change here raced the read (made, or still being stored): the next sync has it.
+        if mark != (0, self._edits) or self._editing:
             return
         self._sync_pauses(pauses)
         stored = {str(spec.get("id")): spec for spec in loaded}
