@@ -337,6 +337,22 @@ async def test_init_runs_ahead_of_the_run_pool_by_the_init_pool_at_most(
         _no_sandboxes_left(pipe)
 
 
+async def test_a_stop_drops_the_kept_layers_of_jobs_that_ended(
+    pipeline_factory: Callable[..., Any],
+) -> None:
+    """A stop that lands between a job's end and the drop of its kept layer (a worker
+    cancelled there) leaves no layer: the stop drops what no evaluation waits for."""
+    async with pipeline_factory() as pipe:
+        [job_id] = pipe.submit(echo_request("ended"))
+        [record] = await pipe.wait([job_id])
+        assert record.status == JobStatus.COMPLETED
+        layers = pipe.scheduler.runner.layers
+        left = await layers.prepare(job_id)  # what such a stop left behind
+        (left / "etc").mkdir(parents=True)
+        (left / "etc" / "motd").write_text("written by the run\n")
+    assert list(layers.root.iterdir()) == []
+
+
 async def test_a_free_worker_of_the_next_stage_takes_the_job_in_the_same_write(
     pipeline_factory: Callable[..., Any],
 ) -> None:

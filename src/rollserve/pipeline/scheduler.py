@@ -113,8 +113,8 @@ class Scheduler:
         self._workers.append(asyncio.create_task(self._heartbeat(), name="heartbeat"))
 
     async def stop(self) -> None:
-        """Stop the workers, close the sandboxes, and leave the fleet: the jobs this node held
-        go back to the queue at once, for another node (or the next start) to take."""
+        """Stop the workers, close the sandboxes, drop the kept layers no evaluation waits for,
+        and leave the fleet: the jobs this node held go back to the queue at once."""
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -124,6 +124,8 @@ class Scheduler:
             if sandbox is not None:
                 await self.runner.sandboxes.close(sandbox)
         self._held.clear()
+        with contextlib.suppress(StoreUnavailableError):  # a stage stopped before its drop
+            await self.runner.layers.sweep(lambda job_id: asyncio.to_thread(self.store.get, job_id))
         try:
             released = await self._calls.on_lease_thread(self.store.leave, self.node)
         except StoreUnavailableError as exc:  # the leases will expire instead
