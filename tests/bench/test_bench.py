@@ -121,9 +121,10 @@ def test_bench_gateway_json() -> None:
 
 def test_bench_store_counts_whole_lifecycles(pg_url: str) -> None:
     sizes = ("--request-bytes", "3000", "--output-bytes", "20000")
-    result = bench("store", "--store-url", pg_url, "--seconds", "0.5", "--per-node", "10", *sizes)
+    args = ("--seconds", "0.5", "--per-node", "10", "--batch", "3", *sizes)
+    result = bench("store", "--store-url", pg_url, *args)
     assert result["store"] == "postgresql" and result["server"] == "given"
-    assert (result["request_bytes"], result["output_bytes"]) == (3000, 20000)
+    assert (result["request_bytes"], result["output_bytes"], result["batch"]) == (3000, 20000, 3)
     with psycopg.connect(pg_url) as conn:  # the store's jobs and pgbench's carried the text
         lengths = conn.execute(
             "SELECT DISTINCT length(request #>> '{task,text}') FROM jobs"

@@ -382,24 +382,33 @@ async def test_a_free_worker_of_the_next_stage_takes_the_job_in_the_same_write(
 async def test_idle_workers_do_not_all_poll_the_store(
     pipeline_factory: Callable[..., Any],
 ) -> None:
+    """One claimer per stage looks for work, and claims for every idle worker of its stage at
+    once: a batch submitted together is taken in one claim."""
     async with pipeline_factory(init_workers=20, run_workers=40, eval_workers=20) as pipe:
-        claims = 0
-        claim = pipe.store.claim
+        claims: list[tuple[Stage, int, int]] = []  # stage, limit, jobs claimed
+        claim_many = pipe.store.claim_many
 
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            nonlocal claims
-            claims += 1
-            return claim(*args, **kwargs)
+        def counted(stage: Stage, owner: str, lease_s: float, limit: int) -> Any:
+            jobs = claim_many(stage, owner, lease_s, limit)
+            claims.append((stage, limit, len(jobs)))
+            return jobs
 
-        pipe.store.claim = counted  # type: ignore[method-assign]
+        pipe.store.claim_many = counted  # type: ignore[method-assign]
         began = time.monotonic()
-        await until_true(lambda: claims >= 3 * 4, "four looks per stage")
+        await until_true(lambda: len(claims) >= 3 * 4, "four looks per stage")
         # One claimer per stage looks every half second: 80 idle workers would make 80 looks.
         looks = (time.monotonic() - began) / 0.5 + 2
-        assert claims <= 3 * looks
+        assert len(claims) <= 3 * looks
+        assert {(stage, limit) for stage, limit, _ in claims} == {
+            (Stage.INIT, 20),
+            (Stage.RUN, 40),
+            (Stage.EVAL, 20),
+        }
         ids = pipe.submit(*(echo_request(f"p{i}") for i in range(10)))
         records = await pipe.wait(ids)
-        assert all(r.status == JobStatus.COMPLETED for r in records)
+        assert all(r.status == JobStatus.COMPLETED and r.attempts == 1 for r in records)
+        # Init claimed the ten together; run and eval took theirs passed on, unclaimed.
+        assert [(stage, got) for stage, _, got in claims if got] == [(Stage.INIT, 10)]
 
 
 async def test_an_evaluation_failure_is_retried_in_eval(

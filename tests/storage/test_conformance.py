@@ -8,7 +8,13 @@ import threading
 
 import pytest
 
-from rollserve.errors import JobConflictError, JobNotFoundError, LeaseLostError, QueueFullError
+from rollserve.errors import (
+    InvalidInputError,
+    JobConflictError,
+    JobNotFoundError,
+    LeaseLostError,
+    QueueFullError,
+)
 from rollserve.storage import JobStatus, NewJob, Stage
 from rollserve.storage.base import Store
 from tests.storage.conftest import Clock, StoreKit
@@ -103,6 +109,44 @@ def test_claims_are_exclusive_across_connections(kit: StoreKit) -> None:
     for t in threads:
         t.join()
     assert sorted(got) == sorted(f"j{i}" for i in range(200))
+
+
+def test_a_claim_of_many_takes_them_in_order_each_leased(store: Store, clock: Clock) -> None:
+    store.submit(_jobs("old", "mid", "new"), max_queued=10)
+    store.submit(_jobs("urgent", priority=5), max_queued=10)
+    first = store.claim_many(Stage.INIT, "node-1", 30, 3)
+    assert [j.job_id for j in first] == ["urgent", "old", "mid"]
+    for job in first:  # each as a claim of one leaves it, and as the store holds it
+        assert (job.status, job.attempts, job.lease_owner) == (JobStatus.INITIALIZING, 1, "node-1")
+        assert job.lease_expires == pytest.approx(clock.now + 30)
+        assert store.get(job.job_id) == job
+    assert [j.job_id for j in store.claim_many(Stage.INIT, "node-2", 30, 5)] == ["new"]
+    assert store.claim_many(Stage.INIT, "node-2", 30, 5) == []
+    clock.now += 31  # node-1's leases ran out: taken over, as second attempts
+    again = store.claim_many(Stage.INIT, "node-2", 30, 2)
+    assert [(j.job_id, j.attempts) for j in again] == [("urgent", 2), ("old", 2)]
+    with pytest.raises(InvalidInputError, match="limit=0"):
+        store.claim_many(Stage.INIT, "node-2", 30, 0)
+
+
+def test_claims_of_many_are_exclusive_across_connections(kit: StoreKit) -> None:
+    kit.open().submit(_jobs(*(f"j{i}" for i in range(300))), max_queued=1000)
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def worker(node: str) -> None:
+        store = stores[node]
+        while jobs := store.claim_many(Stage.INIT, node, 30, 7):
+            with lock:
+                got.extend(job.job_id for job in jobs)
+
+    stores = {f"node-{n}": kit.open(own_clock=False) for n in range(4)}
+    threads = [threading.Thread(target=worker, args=(node,)) for node in stores]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == sorted(f"j{i}" for i in range(300))
 
 
 def test_lease_expiry_heartbeat_and_takeover(store: Store, clock: Clock) -> None:

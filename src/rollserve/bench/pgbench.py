@@ -1,11 +1,12 @@
 """The baseline of ``rollserve bench store``: the store's lifecycle of one job driven by
 ``pgbench``, PostgreSQL's own C client, against the same server.
 
-``store_lifecycle.sql`` beside this module holds the same statements as the store sends for one
-lifecycle, in the same order, written in pgbench's script language (its comments say which store
-call each one is), in sessions with the store's settings. pgbench adds no client work of its
-own to speak of: what rollserve reaches of its figure is what the store's Python side leaves of
-the server's capacity.
+``store_lifecycle.sql`` beside this module holds the same statements as the store sends for a
+round of a node's lifecycles, in the same order, written in pgbench's script language (its
+comments say which store call each one is; :func:`lifecycle_script` writes out the statements
+made once for each job of the round), in sessions with the store's settings. pgbench adds no
+client work of its own to speak of: what rollserve reaches of its figure is what the store's
+Python side leaves of the server's capacity.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import psycopg
 
-from rollserve.errors import InfrastructureError
+from rollserve.errors import InfrastructureError, InvalidInputError
 from rollserve.fixtures.postgres import postgres_bin
 from rollserve.storage.postgres.dialect import SESSION_SETTINGS
 
@@ -44,9 +46,20 @@ class PgbenchStep:
 _SCRIPT = resources.files("rollserve.bench").joinpath("store_lifecycle.sql")
 
 
-def lifecycle_script() -> str:
-    """The pgbench script of one job's lifecycle."""
-    return _SCRIPT.read_text()
+def lifecycle_script(batch: int) -> str:
+    """The pgbench script of a round of ``batch`` jobs' lifecycles: the template's "@each"
+    parts written once per job the claim may have taken, the "@once" parts once."""
+    if batch < 1:
+        raise InvalidInputError(f"a round carries at least 1 job, not batch={batch}")
+    head, *parts = re.split(r"^-- @(each|once)\n", _SCRIPT.read_text(), flags=re.MULTILINE)
+    script = [head]
+    for kind, text in zip(parts[::2], parts[1::2], strict=True):
+        if kind == "once":
+            script.append(text)
+            continue
+        for n in range(1, batch + 1):
+            script.append(f"\\if :got >= {n}\n{text.replace('[@]', f'[{n}]')}\\endif\n")
+    return "".join(script)
 
 
 def pgbench_path() -> Path | None:
@@ -59,25 +72,33 @@ def pgbench_path() -> Path | None:
 
 
 def run_pgbench(
-    url: str, clients: int, seconds: float, request_bytes: int = 0, output_bytes: int = 0
+    url: str,
+    clients: int,
+    seconds: float,
+    request_bytes: int = 0,
+    output_bytes: int = 0,
+    batch: int = 1,
 ) -> PgbenchStep:
-    """``clients`` pgbench clients running the lifecycle for ``seconds`` (whole seconds, at
-    least one) against the store's database at ``url``, with requests and run outputs of
-    that many bytes of text; the lifecycles that ended (their jobs reached ``done``) per
-    second of pgbench's own clock."""
+    """``clients`` pgbench clients running rounds of ``batch`` lifecycles for ``seconds``
+    (whole seconds, at least one) against the store's database at ``url``, with requests and
+    run outputs of that many bytes of text; the lifecycles that ended (their jobs reached
+    ``done``) per second of pgbench's own clock."""
     binary = pgbench_path()
     if binary is None:
         raise InfrastructureError("pgbench is not installed (Debian: apt install postgresql)")
+    script = lifecycle_script(batch)
     before = _done(url)
     # pgbench's sessions are set up as the store's are.
     options = " ".join(f"-c {name}={value}" for name, value in SESSION_SETTINGS.items())
     env = {**os.environ, "PGOPTIONS": f"{os.environ.get('PGOPTIONS', '')} {options}".strip()}
-    with resources.as_file(_SCRIPT) as script:
+    with tempfile.NamedTemporaryFile("w", suffix=".sql", prefix="lifecycle-") as file:
+        file.write(script)
+        file.flush()
         command = [
             str(binary), "--no-vacuum", "--protocol=prepared", f"--client={clients}",
             f"--jobs={min(clients, os.cpu_count() or 1)}", f"--time={max(1, round(seconds))}",
-            f"--define=request_bytes={request_bytes}", f"--define=output_bytes={output_bytes}",
-            f"--file={script}", url,
+            f"--define=batch={batch}", f"--define=request_bytes={request_bytes}",
+            f"--define=output_bytes={output_bytes}", f"--file={file.name}", url,
         ]  # fmt: skip
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=seconds + 120, env=env

@@ -1,8 +1,10 @@
 """``rollserve bench store``: how many job lifecycles per second the job store carries.
 
 Each client is a thread with its own store object (its own connections), as a node would be;
-a lifecycle is what the scheduler asks of the store for one job where its workers are free:
-submit, claim init, pass it on to run, pass it on to eval, a heartbeat, finish. Without
+a lifecycle is what the scheduler asks of the store for one job where its workers are free,
+in rounds of ``batch`` jobs: the round's jobs are submitted together and the node's idle init
+workers claim them in one statement (perhaps another client's), each is passed on to run and
+to eval, one heartbeat renews the node's leases, and each finishes. Without
 ``--store-url`` the bench starts a throwaway PostgreSQL server on this machine (clients and
 server then share its cores) and measures that; the CPU each side spends per lifecycle says
 where the ceiling is (the cores divided by their sum). On PostgreSQL, each client count is
@@ -30,6 +32,7 @@ from rollserve.storage.base import JobRecord, JobStatus, NewJob, Stage, Store
 from rollserve.storage.registry import open_store
 
 CLIENTS = (1, 4, 16)
+BATCH = 8  # jobs a round carries: a GRPO group of 8, say, taken by 8 idle workers
 
 
 @dataclass
@@ -42,32 +45,37 @@ class _Client:
     missed: int = 0
     done: int = 0
 
-    def _claim(self, stage: Stage) -> JobRecord | None:
+    def _claim(self, limit: int) -> list[JobRecord]:
         started = time.perf_counter()
-        job = self.store.claim(stage, self.owner, 60)
+        jobs = self.store.claim_many(Stage.INIT, self.owner, 60, limit)
         self.claims.append(time.perf_counter() - started)
-        if job is None:
+        if not jobs:
             self.missed += 1
-        return job
+        return jobs
 
-    def run(self, until: float) -> None:
-        """Lifecycles until the deadline. Init is claimed from the shared queue, so a client
-        may carry another's job on: what counts is the jobs finished."""
+    def run(self, until: float, batch: int) -> None:
+        """Rounds of ``batch`` lifecycles until the deadline. Init is claimed from the shared
+        queue, so a client may carry another's jobs on: what counts is the jobs finished."""
         while time.perf_counter() < until:
-            job_id = f"{self.owner}-{uuid.uuid4().hex[:8]}"
-            request = {"task": {"task_id": job_id, "text": self.text}}
-            self.store.submit([NewJob(job_id, request)], max_queued=10**9)
-            claimed = self._claim(Stage.INIT)
-            if claimed is None:
-                continue
-            run = self.store.pass_on(claimed, self.owner, Stage.RUN, 60, timing={})
-            if run is None:
-                continue
-            if self.store.pass_on(run, self.owner, Stage.EVAL, 60, output=self.output) is None:
-                continue
-            self.store.heartbeat([claimed.job_id], self.owner, 60)
-            self.store.finish(claimed.job_id, self.owner, JobStatus.COMPLETED, result={})
-            self.done += 1
+            jobs = []
+            for _ in range(batch):
+                job_id = f"{self.owner}-{uuid.uuid4().hex[:8]}"
+                jobs.append(NewJob(job_id, {"task": {"task_id": job_id, "text": self.text}}))
+            self.store.submit(jobs, max_queued=10**9)
+            runs = [
+                self.store.pass_on(job, self.owner, Stage.RUN, 60, timing={})
+                for job in self._claim(batch)
+            ]
+            evals = [
+                self.store.pass_on(run, self.owner, Stage.EVAL, 60, output=self.output)
+                for run in runs
+                if run is not None
+            ]
+            held = [job.job_id for job in evals if job is not None]
+            self.store.heartbeat(held, self.owner, 60)
+            for job_id in held:
+                self.store.finish(job_id, self.owner, JobStatus.COMPLETED, result={})
+            self.done += len(held)
 
 
 def _step(
@@ -76,6 +84,7 @@ def _step(
     seconds: float,
     server_cpu: Callable[[], float] | None,
     sizes: tuple[int, int],
+    batch: int,
 ) -> StoreStep:
     text, output = "x" * sizes[0], {"text": "x" * sizes[1]}
     workers = [_Client(opener(), f"bench-{clients}-{i}", text, output) for i in range(clients)]
@@ -85,7 +94,7 @@ def _step(
     started = time.perf_counter()
     cpu = time.process_time()
     server = server_cpu() if server_cpu else 0.0
-    threads = [threading.Thread(target=w.run, args=(until,)) for w in workers]
+    threads = [threading.Thread(target=w.run, args=(until, batch)) for w in workers]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -110,12 +119,14 @@ def _step(
     )
 
 
-def _with_baseline(step: StoreStep, url: str, seconds: float, sizes: tuple[int, int]) -> StoreStep:
-    """The step with pgbench's run of the same lifecycle, as many clients, on the same
+def _with_baseline(
+    step: StoreStep, url: str, seconds: float, sizes: tuple[int, int], batch: int
+) -> StoreStep:
+    """The step with pgbench's run of the same lifecycles, as many clients, on the same
     database."""
     from rollserve.bench.pgbench import run_pgbench  # psycopg: only for a PostgreSQL store
 
-    rate = run_pgbench(url, step.clients, seconds, *sizes).lifecycles_per_s
+    rate = run_pgbench(url, step.clients, seconds, *sizes, batch=batch).lifecycles_per_s
     return step.model_copy(
         update={
             "pgbench_lifecycles_per_s": round(rate, 1),
@@ -131,12 +142,15 @@ def bench_store(
     *,
     request_bytes: int = 0,
     output_bytes: int = 0,
+    batch: int = BATCH,
 ) -> StoreBenchResult:
     """Each client count of CLIENTS for ``seconds``, on the given store or a throwaway
-    PostgreSQL server; each job's request carries ``request_bytes`` of text and its run
-    hands ``output_bytes`` on to evaluation."""
+    PostgreSQL server, in rounds of ``batch`` jobs; each job's request carries
+    ``request_bytes`` of text and its run hands ``output_bytes`` on to evaluation."""
     if request_bytes < 0 or output_bytes < 0:
         raise InvalidInputError("request_bytes and output_bytes cannot be negative")
+    if batch < 1:
+        raise InvalidInputError(f"a round carries at least 1 job, not batch={batch}")
     sizes = (request_bytes, output_bytes)
     server = None
     if store_url is None:
@@ -155,10 +169,10 @@ def bench_store(
         for n in CLIENTS:
             if postgres:
                 vacuum(store_url)
-            step = _step(lambda: open_store(settings), n, seconds, cpu, sizes)
+            step = _step(lambda: open_store(settings), n, seconds, cpu, sizes, batch)
             if postgres:
                 vacuum(store_url)
-                step = _with_baseline(step, store_url, seconds, sizes)
+                step = _with_baseline(step, store_url, seconds, sizes, batch)
             results.append(step)
     finally:
         if server is not None:
@@ -173,6 +187,7 @@ def bench_store(
         nodes_served=int(best // per_node_rate),
         request_bytes=request_bytes,
         output_bytes=output_bytes,
+        batch=batch,
     )
 
 
@@ -195,6 +210,6 @@ def store_table(result: StoreBenchResult) -> Table:
         )
     table.caption = (
         f"one store serves {result.nodes_served} nodes of {result.per_node_rate:.0f} rollouts/s;"
-        " CPU per lifecycle"
+        f" rounds of {result.batch} jobs; CPU per lifecycle"
     )
     return table

@@ -19,7 +19,7 @@ from rollserve.bench.router import Workload, bench_router, router_table
 from rollserve.bench.scale import ScaleWorkload, bench_scale, scale_table
 from rollserve.bench.shell import bench_shell
 from rollserve.bench.soak import bench_soak, soak_table
-from rollserve.bench.store import bench_store, store_table
+from rollserve.bench.store import BATCH, bench_store, store_table
 from rollserve.bench.viewer import bench_viewer, viewer_table
 from rollserve.cli.learn import learn_cmd
 from rollserve.cli.options import DataDir, settings_for, with_manager
@@ -279,6 +279,9 @@ def bench_store_cmd(
     output_bytes: Annotated[
         int, typer.Option("--output-bytes", min=0, help="text in each run's output")
     ] = 0,
+    batch: Annotated[
+        int, typer.Option("--batch", min=1, help="jobs a client submits and claims together")
+    ] = BATCH,
 ) -> None:
     """The job store's capacity: job lifecycles per second with 1, 4 and 16 clients."""
     result = bench_store(
@@ -287,6 +290,7 @@ def bench_store_cmd(
         per_node_rate=per_node,
         request_bytes=request_bytes,
         output_bytes=output_bytes,
+        batch=batch,
     )
     if as_json:
         typer.echo(result.model_dump_json(indent=2))

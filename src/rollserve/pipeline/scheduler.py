@@ -23,20 +23,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ValidationError
-
 from rollserve.errors import (
-    BackendRequestError,
     InfrastructureError,
-    InvalidInputError,
     LayerLostError,
     LeaseLostError,
     RollserveError,
-    StaleRolloutError,
     StoreUnavailableError,
 )
 from rollserve.pipeline.changes import Changes
 from rollserve.pipeline.events import turn_recorder
+from rollserve.pipeline.failures import failure
 from rollserve.pipeline.figures import Figures
 from rollserve.pipeline.fleet import node_alive, node_name, node_report, owner_id
 from rollserve.pipeline.passing import PassedJobs
@@ -189,33 +185,50 @@ class Scheduler:
                 self.busy[stage] -= 1
 
     async def _next(self, stage: Stage) -> JobRecord:
-        """Claim the stage's next job, waiting for a wake (or the poll) while there is none —
-        or, for init, while the sandboxes made ahead of the run pool fill the allowance."""
+        """The stage's next job: one passed on, or claimed from the store together with a job
+        for each other idle worker of the stage (they take theirs as passed on). While there
+        is none, wait for a wake (or the poll) — or, for init, while the sandboxes made ahead
+        of the run pool fill the allowance."""
         while True:
             self._wake[stage].clear()  # a wake from now on ends the wait below at once
             passed = self._passed.first(stage)
             if passed is not None:
                 return passed
-            if self._may_claim(stage):
+            wanted = self._wanted(stage)
+            if wanted:
                 try:
-                    job = await asyncio.to_thread(
-                        self.store.claim, stage, self.node, self.settings.lease_s
+                    claimed = await asyncio.to_thread(
+                        self.store.claim_many, stage, self.node, self.settings.lease_s, wanted
                     )
                 except StoreUnavailableError as exc:  # wait for it: nothing is lost
                     log.warning("%s workers cannot claim: %s", stage, exc.message)
-                    job = None
-                if job is not None and self._working.get(job.job_id) == stage:
-                    log.warning("job %s: its lease lapsed while at work here; kept", job.job_id)
-                    continue  # the worker at it goes on: the claim renewed its lease
-                if job is not None and self._passed.take(job.job_id):
-                    log.warning("job %s: its lease lapsed while passed on here", job.job_id)
-                if job is not None:
-                    return job
+                    claimed = []
+                for job in claimed:
+                    if self._working.get(job.job_id) == stage:
+                        log.warning("job %s: its lease lapsed while at work here; kept", job.job_id)
+                        continue  # the worker at it goes on: the claim renewed its lease
+                    if self._passed.take(job.job_id):
+                        log.warning("job %s: its lease lapsed while passed on here", job.job_id)
+                    self._passed.add(stage, job)
+                passed = self._passed.first(stage)
+                if passed is not None:
+                    return passed
             # asyncio.timeout, not wait_for: Python 3.11's wait_for can leave a worker hung
             # when its cancellation (a stop) lands together with the timeout.
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_POLL_S):
                     await self._wake[stage].wait()
+
+    def _wanted(self, stage: Stage) -> int:
+        """How many jobs the claiming worker of ``stage`` claims: one for itself and each
+        other worker of the stage that is idle and not spoken for; init, no more than its
+        allowance leaves room for. 0: it may not claim now."""
+        if not self._may_claim(stage):
+            return 0
+        idle = self.pools[stage] - self.busy[stage] - self._passed.spoken_for(stage)
+        if stage == Stage.INIT:
+            idle = min(idle, self._init_room())
+        return max(1, idle)
 
     def _may_claim(self, stage: Stage) -> bool:
         """Not while the heartbeat is late (a claim could take a lapsed lease of this node's
@@ -227,18 +240,18 @@ class Scheduler:
             return True
         if self.room.full() is not None:
             return False
-        return stage != Stage.INIT or self._room_to_init()
+        return stage != Stage.INIT or self._init_room() > 0
 
     def _may_pass(self, stage: Stage) -> bool:
         """A worker of ``stage`` is free here to take a job on at once, and may claim."""
         free = self.busy[stage] + self._passed.spoken_for(stage) < self.pools[stage]
         return free and self._may_claim(stage)
 
-    def _room_to_init(self) -> bool:
-        """Sandboxes held (running or made and waiting) and being made stay within the run
-        pool plus the init pool."""
+    def _init_room(self) -> int:
+        """How many more sandboxes init may make: those held (running or made and waiting)
+        and being made stay within the run pool plus the init pool."""
         allowance = self.settings.run_workers + self.settings.init_workers
-        return len(self._held) + self.busy[Stage.INIT] < allowance
+        return allowance - len(self._held) - self.busy[Stage.INIT]
 
     async def _process(self, stage: Stage, job: JobRecord) -> None:
         work = asyncio.current_task()
@@ -344,28 +357,12 @@ class Scheduler:
                 await self._run(job, request, started)
             else:
                 await self._eval(job, request, started)
-        except BackendRequestError as exc:
-            if exc.final:  # the same request would be refused again: no retry
-                await self._fail(job, exc)
+        except Exception as exc:
+            error, status = failure(stage, job.job_id, exc)
+            if status is None:
+                await self._infrastructure_failure(stage, job, error)
             else:
-                await self._infrastructure_failure(stage, job, exc)
-        except InfrastructureError as exc:
-            await self._infrastructure_failure(stage, job, exc)
-        except TimeoutError:
-            timed_out = InfrastructureError(f"the {stage} stage timed out", stage=stage.value)
-            await self._infrastructure_failure(stage, job, timed_out)
-        except StaleRolloutError as exc:  # past the job's staleness bound: not evaluated
-            await self._fail(job, exc, JobStatus.STALE)
-        except RollserveError as exc:  # bad input found late: not worth retrying
-            await self._fail(job, exc)
-        except ValidationError as exc:  # a stored request this version no longer accepts
-            await self._fail(job, InvalidInputError(f"the job's request is invalid now: {exc}"))
-        except Exception as exc:  # a bug (in a plug-in, say): an attempt, never a silent loop
-            log.exception("job %s: %s stage failed unexpectedly", job.job_id, stage)
-            crash = InfrastructureError(
-                f"the {stage} stage failed: {type(exc).__name__}: {exc}", stage=stage.value
-            )
-            await self._infrastructure_failure(stage, job, crash)
+                await self._fail(job, error, status)
 
     async def _init(self, job: JobRecord, request: JobRequest, started: float) -> None:
         await self.runner.admitted(request)  # a pause may hold new jobs of its model

@@ -231,7 +231,7 @@ class StoreStep(BaseModel):
     lifecycles_per_s: float
     claim_p50_ms: float
     claim_p99_ms: float
-    missed_claims: int  # claims that found nothing (another client had taken the job)
+    missed_claims: int  # claims that found nothing (other clients had taken the jobs)
     client_cpu_ms: float  # CPU of the clients' process per lifecycle
     server_cpu_ms: float | None = None  # CPU of a throwaway server per lifecycle
     # pgbench running the same statements as many clients (PostgreSQL only), and the share of
@@ -242,7 +242,9 @@ class StoreStep(BaseModel):
 
 class StoreBenchResult(BaseModel):
     """The job store's own capacity: full job lifecycles per second (submit, claim init, pass
-    on to run, pass on to eval, heartbeat, finish), beside pgbench's on PostgreSQL."""
+    on to run, pass on to eval, heartbeat, finish), beside pgbench's on PostgreSQL. A client
+    takes ``batch`` jobs a round: submitted together, claimed in one statement, their leases
+    renewed by one heartbeat."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -255,6 +257,7 @@ class StoreBenchResult(BaseModel):
     # The size of each job's request text and of the run output handed to evaluation.
     request_bytes: int = 0
     output_bytes: int = 0
+    batch: int = 1
 
 
 class NodesStep(BaseModel):

@@ -165,6 +165,12 @@ class JobStore(Protocol):
         from a node that is gone, or requeued after a failure."""
         ...
 
+    def claim_many(self, stage: Stage, owner: str, lease_s: float, limit: int) -> list[JobRecord]:
+        """Up to ``limit`` jobs waiting for ``stage``, in :meth:`claim`'s order, each leased to
+        ``owner`` as :meth:`claim` leases one, in one step: what a node's idle workers of a
+        stage take together. Raises InvalidInputError for a ``limit`` below 1."""
+        ...
+
     def heartbeat(
         self,
         job_ids: list[str],

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from rollserve.errors import JobNotFoundError, LeaseLostError
+from rollserve.errors import InvalidInputError, JobNotFoundError, LeaseLostError
 from rollserve.storage.base import (
     NODES_KEPT_S,
     STAGE_STATUS,
@@ -51,24 +51,33 @@ class SqlJobStore(SqlRecords):
     # -- the stages --------------------------------------------------------------------------------
 
     def claim(self, stage: Stage, owner: str, lease_s: float) -> JobRecord | None:
+        claimed = self.claim_many(stage, owner, lease_s, 1)
+        return claimed[0] if claimed else None
+
+    def claim_many(self, stage: Stage, owner: str, lease_s: float, limit: int) -> list[JobRecord]:
+        if limit < 1:
+            raise InvalidInputError(f"a claim takes at least 1 job, not limit={limit}")
         rows = self._db.write(
             "UPDATE jobs SET lease_owner = :owner, lease_expires = :now + :lease,"
             " status = :status, updated = :now, attempts = attempts"
             " + CASE WHEN :init OR lease_owner IS NOT NULL THEN 1 ELSE 0 END"  # (taken over)
-            " WHERE seq = (SELECT seq FROM jobs WHERE stage = :stage AND stage <> 'done'"
+            " WHERE seq IN (SELECT seq FROM jobs WHERE stage = :stage AND stage <> 'done'"
             " AND NOT cancel_requested AND (lease_owner IS NULL OR lease_expires < :now)"
             " AND (node IS NULL OR node = :owner) AND (not_before IS NULL OR not_before <= :now)"
-            f" ORDER BY priority DESC, seq LIMIT 1{self._db.skip_locked})"
-            f" RETURNING {RECORD_COLUMNS}",
+            f" ORDER BY priority DESC, seq LIMIT :limit{self._db.skip_locked})"
+            f" RETURNING seq, {RECORD_COLUMNS}",
             {
                 "owner": owner,
                 "lease": lease_s,
                 "status": STAGE_STATUS[stage].value,
                 "init": stage == Stage.INIT,
                 "stage": stage.value,
+                "limit": limit,
             },
         )
-        return to_record(rows[0]) if rows else None
+        # RETURNING keeps no order: the claim's own
+        rows.sort(key=lambda row: (-row["priority"], row["seq"]))
+        return [to_record(row) for row in rows]
 
     def heartbeat(
         self,
