@@ -1,6 +1,7 @@
-"""Jobs a node's stage passed on to a free worker of the next stage (``Store.pass_on``): leased
-to the node, each waiting for one of its workers of that stage, which takes it before it
-claims anything from the store."""
+"""Jobs a node's stage passed on to a free worker of the next stage (``Store.pass_on``), or
+claimed for the idle workers of a stage together (``Store.claim_many``): leased to the node,
+each waiting for one of its workers of that stage, which takes it before it claims anything
+from the store."""
 
 from __future__ import annotations
 
