@@ -16,7 +16,7 @@ from rollserve.errors import (
     QueueFullError,
 )
 from rollserve.storage import JobStatus, NewJob, Stage
-from rollserve.storage.base import Store
+from rollserve.storage.base import JobRecord, Store
 from tests.storage.conftest import Clock, StoreKit
 
 
@@ -91,16 +91,23 @@ def test_claims_follow_priority_then_age(store: Store) -> None:
     )
 
 
-def test_claims_are_exclusive_across_connections(kit: StoreKit) -> None:
-    kit.open().submit(_jobs(*(f"j{i}" for i in range(200))), max_queued=1000)
+@pytest.mark.parametrize("many", [None, 7], ids=["one at a time", "seven at a time"])
+def test_claims_are_exclusive_across_connections(kit: StoreKit, many: int | None) -> None:
+    kit.open().submit(_jobs(*(f"j{i}" for i in range(300))), max_queued=1000)
     got: list[str] = []
     lock = threading.Lock()
 
+    def claimed(store: Store, node: str) -> list[JobRecord]:
+        if many is not None:
+            return store.claim_many(Stage.INIT, node, 30, many)
+        job = store.claim(Stage.INIT, node, 30)
+        return [] if job is None else [job]
+
     def worker(node: str) -> None:
         store = stores[node]  # its own connection, as another process would have
-        while (job := store.claim(Stage.INIT, node, 30)) is not None:
+        while jobs := claimed(store, node):
             with lock:
-                got.append(job.job_id)
+                got.extend(job.job_id for job in jobs)
 
     stores = {f"node-{n}": kit.open(own_clock=False) for n in range(4)}
     threads = [threading.Thread(target=worker, args=(node,)) for node in stores]
@@ -108,7 +115,7 @@ def test_claims_are_exclusive_across_connections(kit: StoreKit) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(got) == sorted(f"j{i}" for i in range(200))
+    assert sorted(got) == sorted(f"j{i}" for i in range(300))
 
 
 def test_a_claim_of_many_takes_them_in_order_each_leased(store: Store, clock: Clock) -> None:
@@ -127,26 +134,6 @@ def test_a_claim_of_many_takes_them_in_order_each_leased(store: Store, clock: Cl
     assert [(j.job_id, j.attempts) for j in again] == [("urgent", 2), ("old", 2)]
     with pytest.raises(InvalidInputError, match="limit=0"):
         store.claim_many(Stage.INIT, "node-2", 30, 0)
-
-
-def test_claims_of_many_are_exclusive_across_connections(kit: StoreKit) -> None:
-    kit.open().submit(_jobs(*(f"j{i}" for i in range(300))), max_queued=1000)
-    got: list[str] = []
-    lock = threading.Lock()
-
-    def worker(node: str) -> None:
-        store = stores[node]
-        while jobs := store.claim_many(Stage.INIT, node, 30, 7):
-            with lock:
-                got.extend(job.job_id for job in jobs)
-
-    stores = {f"node-{n}": kit.open(own_clock=False) for n in range(4)}
-    threads = [threading.Thread(target=worker, args=(node,)) for node in stores]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(got) == sorted(f"j{i}" for i in range(300))
 
 
 def test_lease_expiry_heartbeat_and_takeover(store: Store, clock: Clock) -> None:
